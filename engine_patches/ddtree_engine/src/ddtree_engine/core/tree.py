@@ -1,0 +1,226 @@
+"""Draft tree construction and compilation (pure PyTorch reference).
+
+A tree has N = 1 + budget nodes in depth-major order; node 0 is the root (the last committed,
+not yet verified token). A drafted node at depth d (1-based) holds a token proposed for the
+d-th position after the root.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import BadInputError
+
+
+@dataclass(frozen=True)
+class DraftTree:
+    """Node arrays, all shape [N], depth-major, node 0 the root.
+
+    tokens: token ids; parents: parent index (-1 for the root); depths: 0 for the root;
+    ranks: the token's rank among the top-K of its depth (0 = the drafter's argmax; -1 root);
+    scores: sum of per-depth log-probabilities along the path (0 for the root).
+    """
+
+    tokens: torch.Tensor
+    parents: torch.Tensor
+    depths: torch.Tensor
+    ranks: torch.Tensor
+    scores: torch.Tensor
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def max_depth(self) -> int:
+        return int(self.depths.max().item())
+
+
+@dataclass(frozen=True)
+class CompiledTree:
+    """What a verify forward needs. Shapes: mask [N, N] (True = may attend), the rest [N]."""
+
+    tree: DraftTree
+    attention_mask: torch.Tensor
+    positions: torch.Tensor
+    parents: torch.Tensor
+    first_child: torch.Tensor
+    next_sibling: torch.Tensor
+
+
+def validate_tree_args(budget: int, topk: int) -> None:
+    if budget < 0:
+        raise BadInputError(f"budget must be >= 0 (the number of drafted tree nodes), got {budget}")
+    if topk < 1:
+        raise BadInputError(f"topk must be >= 1 (candidates kept per depth), got {topk}")
+
+
+def _sorted_topk(logprobs: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    # A stable sort breaks ties by the lower token id, so the tree is deterministic.
+    order = torch.sort(-logprobs, dim=-1, stable=True).indices[:, :k]
+    return logprobs.gather(-1, order), order
+
+
+def build_tree(
+    draft_logits: torch.Tensor,
+    budget: int,
+    topk: int,
+    root_token: int,
+    spine_depth: int = 0,
+) -> DraftTree:
+    """Pick the `budget` most probable prefixes from per-depth draft distributions.
+
+    Args:
+        draft_logits: [L, V] drafter logits for the L positions after the root.
+        budget: drafted nodes to keep (the root is extra); 0 gives the root alone.
+        topk: candidates per depth, K = min(topk, budget, V).
+        root_token: the token at node 0.
+        spine_depth: first reserve the top-1 chain down to this depth (capped by L and budget).
+
+    Returns:
+        A DraftTree, depth-major, siblings contiguous in rank order. A node's score is the sum
+        of its path's per-depth log-probabilities; selection is best-first: each chosen node
+        proposes its next sibling and its first child, the best open proposal is taken next.
+        Ties break towards the shallower depth, then the lower rank, then the earlier proposal.
+    """
+    validate_tree_args(budget, topk)
+    if draft_logits.dim() != 2:
+        raise BadInputError(f"draft_logits must be [L, V], got shape {tuple(draft_logits.shape)}")
+    depth_count, vocab = draft_logits.shape
+    k = min(topk, budget, vocab)
+    chosen: list[tuple[int, int, int, float]] = []  # (depth0, rank, parent_choice_index, score)
+    top_ids: list[list[int]] = []
+    if depth_count > 0 and k > 0:
+        top_vals, top_idx = _sorted_topk(torch.log_softmax(draft_logits.double(), dim=-1), k)
+        vals, top_ids = top_vals.tolist(), top_idx.tolist()
+        heap: list[tuple[float, int, int, int, int]] = []
+        counter = 0
+
+        def propose(score: float, depth0: int, rank: int, parent: int) -> None:
+            nonlocal counter
+            if depth0 < depth_count and rank < k:
+                heapq.heappush(heap, (-score, depth0, rank, counter, parent))
+                counter += 1
+
+        def accept(score: float, depth0: int, rank: int, parent: int) -> None:
+            chosen.append((depth0, rank, parent, score))
+            me = len(chosen) - 1
+            parent_score = chosen[parent][3] if parent >= 0 else 0.0
+            if rank + 1 < k:
+                propose(parent_score + vals[depth0][rank + 1], depth0, rank + 1, parent)
+            if depth0 + 1 < depth_count:
+                propose(score + vals[depth0 + 1][0], depth0 + 1, 0, me)
+
+        spine = min(spine_depth, depth_count, budget)
+        score = 0.0
+        for d in range(spine):
+            # The spine node's own first child is proposed by accept(); pop it back out so the
+            # spine is forced rather than competed for.
+            score += vals[d][0]
+            if heap:
+                heap = [h for h in heap if not (h[1] == d and h[2] == 0)]
+                heapq.heapify(heap)
+            accept(score, d, 0, len(chosen) - 1 if d > 0 else -1)
+        if spine == 0:
+            propose(vals[0][0], 0, 0, -1)
+        while heap and len(chosen) < budget:
+            neg, d, r, _, parent = heapq.heappop(heap)
+            accept(-neg, d, r, parent)
+
+    return _assemble(chosen, top_ids, root_token)
+
+
+def _assemble(chosen: list, top_ids: list[list[int]], root_token: int) -> DraftTree:
+    """Order chosen nodes depth-major (siblings by rank under their parent's new index)."""
+    new_index = {-1: 0}
+    tokens, parents, depths, ranks, scores = [root_token], [-1], [0], [-1], [0.0]
+    by_depth: dict[int, list[int]] = {}
+    for i, node in enumerate(chosen):
+        by_depth.setdefault(node[0], []).append(i)
+    for d in sorted(by_depth):
+        level = sorted(by_depth[d], key=lambda i: (new_index[chosen[i][2]], chosen[i][1]))
+        for i in level:
+            depth0, rank, parent, score = chosen[i]
+            new_index[i] = len(tokens)
+            tokens.append(top_ids[depth0][rank])
+            parents.append(new_index[parent])
+            depths.append(depth0 + 1)
+            ranks.append(rank)
+            scores.append(score)
+    return DraftTree(
+        tokens=torch.tensor(tokens, dtype=torch.long),
+        parents=torch.tensor(parents, dtype=torch.long),
+        depths=torch.tensor(depths, dtype=torch.long),
+        ranks=torch.tensor(ranks, dtype=torch.long),
+        scores=torch.tensor(scores, dtype=torch.float64),
+    )
+
+
+def chain_tree(tokens: list[int] | torch.Tensor, root_token: int) -> DraftTree:
+    """A linear tree: the root followed by `tokens` (the DFlash baseline verifies this)."""
+    toks = [root_token] + [int(t) for t in (tokens.tolist() if isinstance(tokens, torch.Tensor) else tokens)]
+    n = len(toks)
+    return DraftTree(
+        tokens=torch.tensor(toks, dtype=torch.long),
+        parents=torch.arange(-1, n - 1, dtype=torch.long),
+        depths=torch.arange(n, dtype=torch.long),
+        ranks=torch.tensor([-1] + [0] * (n - 1), dtype=torch.long),
+        scores=torch.zeros(n, dtype=torch.float64),
+    )
+
+
+def spine_of(tree: DraftTree) -> DraftTree:
+    """The top-1 chain of a tree: from the root, follow each node's rank-0 child."""
+    parents = tree.parents.tolist()
+    ranks = tree.ranks.tolist()
+    keep = [0]
+    for i in range(1, tree.num_nodes):
+        if parents[i] == keep[-1] and ranks[i] == 0:
+            keep.append(i)
+    idx = torch.tensor(keep, dtype=torch.long)
+    n = len(keep)
+    return DraftTree(
+        tokens=tree.tokens[idx],
+        parents=torch.arange(-1, n - 1, dtype=torch.long),
+        depths=tree.depths[idx],
+        ranks=tree.ranks[idx],
+        scores=tree.scores[idx],
+    )
+
+
+def compile_tree(tree: DraftTree, prefix_len: int) -> CompiledTree:
+    """Ancestor-only attention mask, positions (prefix_len + depth) and child/sibling links.
+
+    Args:
+        tree: a DraftTree (depth-major: every parent precedes its children).
+        prefix_len: tokens already in the target's cache; the root sits at this position.
+    """
+    n = tree.num_nodes
+    parents = tree.parents.tolist()
+    mask = torch.zeros(n, n, dtype=torch.bool)
+    first_child = [-1] * n
+    next_sibling = [-1] * n
+    last_child = [-1] * n
+    for i in range(n):
+        p = parents[i]
+        if p >= i:
+            raise BadInputError(f"tree is not depth-major: node {i} has parent {p}")
+        if p >= 0:
+            mask[i] = mask[p]
+            if first_child[p] < 0:
+                first_child[p] = i
+            else:
+                next_sibling[last_child[p]] = i
+            last_child[p] = i
+        mask[i, i] = True
+    return CompiledTree(
+        tree=tree,
+        attention_mask=mask,
+        positions=tree.depths + prefix_len,
+        parents=tree.parents.clone(),
+        first_child=torch.tensor(first_child, dtype=torch.long),
+        next_sibling=torch.tensor(next_sibling, dtype=torch.long),
+    )

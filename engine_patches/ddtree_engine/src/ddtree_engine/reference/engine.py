@@ -1,0 +1,87 @@
+"""The engine object the CLI and the server use: a loaded target, drafter and tokenizer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from .. import __version__
+from .drafters import DFlashDrafter, Drafter
+from .generate import generate, validate_spec
+from .models import load_drafter, load_target, load_tokenizer, resolve_device, resolve_dtype
+from .target import TargetRunner
+from .types import GenerationResult, SamplingParams, SpeculativeConfig
+
+
+@dataclass
+class Engine:
+    runner: TargetRunner
+    drafter: Drafter | None
+    tokenizer: object
+    spec: SpeculativeConfig
+    model_path: str
+    draft_path: str | None
+
+    def generate(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        on_tokens: Callable[[list[int]], None] | None = None,
+    ) -> GenerationResult:
+        """Generate after `prompt_ids`; `on_tokens` receives each newly committed chunk. Not thread-safe."""
+        stop = set(params.stop_token_ids)
+        if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
+            stop.add(self.tokenizer.eos_token_id)
+        params = SamplingParams(
+            max_new_tokens=params.max_new_tokens,
+            temperature=params.temperature,
+            seed=params.seed,
+            stop_token_ids=tuple(sorted(stop)),
+        )
+        return generate(self.runner, self.drafter, prompt_ids, self.spec, params, on_tokens)
+
+    @property
+    def block_size(self) -> int:
+        return self.drafter.block_size if self.drafter is not None else 1
+
+    def info(self) -> dict:
+        spec = self.spec
+        tree = spec.algorithm == "ddtree"
+        return {
+            "backend": "reference",
+            "speculative_algorithm": spec.algorithm.upper(),
+            "speculative_ddtree_budget": spec.budget if tree else None,
+            "speculative_ddtree_topk": spec.topk if tree else None,
+            "speculative_ddtree_spine_depth": spec.spine_depth if tree else None,
+            "speculative_ddtree_hybrid_mode": spec.hybrid_mode,
+            "speculative_num_draft_tokens": self.block_size if spec.algorithm != "ar" else None,
+            "model_path": self.model_path,
+            "draft_model_path": self.draft_path,
+            "hybrid_target": self.runner.is_hybrid,
+            "device": str(self.runner.device),
+            "dtype": str(self.runner.dtype).removeprefix("torch."),
+            "version": __version__,
+        }
+
+
+def load_engine(
+    target: str,
+    draft: str | None,
+    spec: SpeculativeConfig,
+    device: str = "auto",
+    dtype: str = "auto",
+) -> Engine:
+    """Load target (+ drafter unless `ar`) and check the settings before any generation."""
+    validate_spec(spec, drafter=object() if draft or spec.algorithm == "ar" else None)
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    model = load_target(target, dev, dt)
+    runner = TargetRunner(model)
+    drafter = None
+    if spec.algorithm != "ar":
+        drafter = DFlashDrafter(load_drafter(draft, model, dev, dt), model)
+    tokenizer = load_tokenizer(target)
+    torch.set_grad_enabled(False)
+    return Engine(runner=runner, drafter=drafter, tokenizer=tokenizer, spec=spec, model_path=target, draft_path=draft)

@@ -1,0 +1,109 @@
+"""Tiny randomly initialised target/drafter pairs in Hugging Face format, for tests and the lab."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..errors import BadInputError
+from .dflash import DFlashDraftModel
+from .tokenizer import MASK, save_byte_tokenizer
+
+ARCHES = ("qwen3", "qwen3-next")
+# Qwen3-Next's 3:1 pattern of Gated-DeltaNet and attention layers.
+HYBRID_LAYER_TYPES = ["linear_attention", "linear_attention", "linear_attention", "full_attention"]
+
+
+def target_config(arch: str, vocab_size: int, hidden_size: int = 64, num_layers: int = 4, **overrides):
+    from transformers import Qwen3Config, Qwen3NextConfig
+
+    common = dict(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=hidden_size // 4,
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+        eos_token_id=258,
+        pad_token_id=256,
+        bos_token_id=None,
+    )
+    common.update(overrides)
+    if arch == "qwen3":
+        return Qwen3Config(**common)
+    if arch == "qwen3-next":
+        layer_types = (HYBRID_LAYER_TYPES * num_layers)[:num_layers]
+        layer_types[-1] = "full_attention"
+        return Qwen3NextConfig(
+            **common,
+            layer_types=layer_types,
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            linear_key_head_dim=hidden_size // 4,
+            linear_value_head_dim=hidden_size // 4,
+            linear_conv_kernel_dim=4,
+            num_experts=0,
+            mlp_only_layers=[],
+        )
+    raise BadInputError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHES)}")
+
+
+def draft_config(target_cfg, mask_token_id: int, block_size: int = 16, num_layers: int = 1, target_layer_ids=None):
+    from transformers import Qwen3Config
+
+    n = target_cfg.num_hidden_layers
+    layer_ids = target_layer_ids or sorted({max(0, n // 4), max(0, n - 2)})
+    cfg = Qwen3Config(
+        vocab_size=target_cfg.vocab_size,
+        hidden_size=target_cfg.hidden_size,
+        intermediate_size=2 * target_cfg.hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=target_cfg.hidden_size // 4,
+        max_position_embeddings=target_cfg.max_position_embeddings,
+        tie_word_embeddings=False,
+    )
+    cfg.architectures = ["DFlashDraftModel"]
+    cfg.num_target_layers = n
+    cfg.dflash_config = {"block_size": block_size, "mask_token_id": mask_token_id, "target_layer_ids": layer_ids}
+    return cfg
+
+
+def save_drafter(model: DFlashDraftModel, out_dir: Path) -> None:
+    from safetensors.torch import save_file
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.config.to_json_file(str(out_dir / "config.json"))
+    state = {k: v.contiguous() for k, v in model.state_dict().items() if "rotary_emb" not in k}
+    save_file(state, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+
+
+def make_tiny_pair(out_dir: str | Path, arch: str = "qwen3", seed: int = 0, block_size: int = 16) -> tuple[Path, Path]:
+    """Write OUT/target and OUT/draft (random weights, byte-level tokenizer).
+
+    Returns:
+        (target_dir, draft_dir).
+    """
+    from transformers import AutoModelForCausalLM
+
+    if arch not in ARCHES:
+        raise BadInputError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHES)}")
+    if block_size < 2:
+        raise BadInputError(f"block size must be >= 2, got {block_size}")
+    out = Path(out_dir)
+    target_dir, draft_dir = out / "target", out / "draft"
+    torch.manual_seed(seed)
+    tok = save_byte_tokenizer(target_dir)
+    tcfg = target_config(arch, vocab_size=len(tok))
+    target = AutoModelForCausalLM.from_config(tcfg)
+    target.save_pretrained(str(target_dir))
+    dcfg = draft_config(tcfg, mask_token_id=tok.convert_tokens_to_ids(MASK), block_size=block_size)
+    drafter = DFlashDraftModel(dcfg)
+    save_drafter(drafter, draft_dir)
+    tok.save_pretrained(str(draft_dir))
+    return target_dir, draft_dir
