@@ -1,0 +1,85 @@
+"""`ddtree-ops compare`: baseline vs tree on each host; a table, the report files, exit 1 on failure."""
+
+from __future__ import annotations
+
+import click
+
+from ..compare import CompareReport, default_out_dir, run_compare, write_compare_files
+from ..exceptions import CheckFailed
+from ..prompts import load_prompts
+from ..report import TABLE_COLUMNS, fmt, table_rows
+from . import cli
+from .common import emit_json, json_option, project_from
+from .health import console, split_names
+
+
+def _render(report: CompareReport, files: dict) -> None:
+    from rich.table import Table
+
+    s = report.settings
+    table = Table(title=f"ddtree compare: {s.baseline} vs {s.tree} ({s.runs} run(s), {s.max_tokens} max tokens, T=0)")
+    for col in TABLE_COLUMNS:
+        table.add_column(col, justify="left" if col in ("host", "prompt") else "right")
+    for row in table_rows(report.summaries):
+        row[-1] = "[green]✓[/green]" if row[-1] == "✓" else "[red]✗[/red]"
+        table.add_row(*row)
+    out = console()
+    out.print(table)
+    for host, value in report.totals.host_speedup.items():
+        out.print(f"geomean speedup {host}: {fmt(value, 2, 'x')}")
+    out.print(f"[bold]geomean speedup overall: {fmt(report.totals.overall_speedup, 2, 'x')}[/bold]")
+    for w in report.warnings:
+        out.print(f"[yellow]warning[/yellow] {w}")
+    out.print(f"report: {files['markdown']}, {files['json']}, {files['chart']}")
+
+
+@cli.command("compare")
+@click.option("--baseline", default="baseline", show_default=True, help="Service name of the linear arm.")
+@click.option("--tree", default="tree", show_default=True, help="Service name of the tree arm.")
+@click.option(
+    "--prompts",
+    "prompts_file",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="YAML/JSON list of prompts (strings, or {name, prompt}); default: the built-in set.",
+)
+@click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True, help="Measured runs per prompt per arm.")
+@click.option("--max-tokens", type=click.IntRange(min=2), default=128, show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Report folder [default: ./ddtree-compare-<timestamp>].")
+@click.option("--hosts", "hosts", multiple=True, help="Only these hosts (repeat or comma-separate).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True, help="Seconds per request.")
+@json_option
+@click.pass_context
+def compare(
+    ctx: click.Context,
+    baseline: str,
+    tree: str,
+    prompts_file: str | None,
+    runs: int,
+    max_tokens: int,
+    out_dir: str | None,
+    hosts: tuple[str, ...],
+    timeout: float,
+    json_: bool,
+) -> None:
+    """Measure the tree service against the baseline service on the same prompts."""
+    project = project_from(ctx)
+    prompts = load_prompts(prompts_file)
+    report = run_compare(
+        project,
+        prompts,
+        baseline=baseline,
+        tree=tree,
+        runs=runs,
+        max_tokens=max_tokens,
+        host_names=split_names(hosts),
+        timeout_s=timeout,
+        on_progress=lambda msg: click.echo(msg, err=True),
+    )
+    files = write_compare_files(report, out_dir or default_out_dir())
+    if json_:
+        emit_json({**report.to_dict(), "files": {k: str(v) for k, v in files.items()}})
+    else:
+        _render(report, files)
+    if not report.ok:
+        raise CheckFailed("compare failed:\n  " + "\n  ".join(report.failures))

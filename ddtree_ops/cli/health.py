@@ -1,0 +1,77 @@
+"""`ddtree-ops healthcheck`: the table (or JSON) of every service's checks; exit 1 on any failure."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..exceptions import CheckFailed
+from ..health import HealthReport, run_healthcheck
+from ..report import fmt
+from . import cli
+from .common import emit_json, json_option, project_from
+
+
+def split_names(values: tuple[str, ...]) -> list[str] | None:
+    """`--hosts a,b --hosts c` -> ["a", "b", "c"]; None when the option was not given."""
+    names = [n.strip() for v in values for n in v.split(",") if n.strip()]
+    return names or None
+
+
+def console():
+    """A rich console on stdout, wide enough for the tables when stdout is not a terminal."""
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 200)
+
+
+def _render(report: HealthReport) -> None:
+    from rich.table import Table
+
+    table = Table(title="ddtree healthcheck")
+    for col in ("host", "service", "unit", "restarts", "health", "server_info", "generation", "accept len", "verdict"):
+        table.add_column(col)
+    for r in report.results:
+        unit = "-" if r.unit is None else r.unit.describe()
+        restarts = "-" if r.unit is None or r.unit.restarts is None else str(r.unit.restarts)
+        health = "-" if r.health_status is None else str(r.health_status)
+        info = "-" if r.info is None else ("ok" if not r.info_mismatches else "MISMATCH")
+        gen = "-" if r.generation_tokens is None else f"ok ({r.generation_tokens} tok)"
+        verdict = "[green]ok[/green]" if r.ok else "[red]FAIL[/red]"
+        table.add_row(r.host, r.service, unit, restarts, health, info, gen, fmt(r.accept_length, 2), verdict)
+    out = console()
+    out.print(table)
+    for r in report.results:
+        for w in r.warnings:
+            out.print(f"[yellow]warning[/yellow] {r.host}/{r.service}: {w}")
+
+
+@cli.command("healthcheck")
+@click.option("--hosts", "hosts", multiple=True, help="Only these hosts (repeat or comma-separate).")
+@click.option("--services", "services", multiple=True, help="Only these services (repeat or comma-separate).")
+@click.option(
+    "--no-systemd",
+    is_flag=True,
+    help="Skip the SSH checks (systemd unit, state.json): HTTP checks only, for servers started by hand.",
+)
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True, help="Seconds per request.")
+@json_option
+@click.pass_context
+def healthcheck(ctx: click.Context, hosts: tuple[str, ...], services: tuple[str, ...], no_systemd: bool, timeout: float, json_: bool) -> None:
+    """Check every deployed service: unit, /health, /server_info, a generation, /metrics."""
+    project = project_from(ctx)
+    report = run_healthcheck(
+        project,
+        split_names(hosts),
+        split_names(services),
+        check_systemd=not no_systemd,
+        timeout_s=timeout,
+        on_progress=lambda msg: click.echo(msg, err=True),
+    )
+    if json_:
+        emit_json(report.to_dict())
+    else:
+        _render(report)
+    if not report.ok:
+        raise CheckFailed("healthcheck failed:\n  " + "\n  ".join(report.failures()))
