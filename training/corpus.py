@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 # The built-in compare prompts (ddtree_ops/prompts.py) appear verbatim among the prompts.
 FIB_PROMPT = "Write a Python function fibonacci(n) that returns the n-th Fibonacci number iteratively."
@@ -56,43 +57,47 @@ FUNCTIONS = {
 NAMES = ["Ada", "Alan", "Grace", "Linus", "Barbara", "Ken", "Dennis", "Margaret", "Edsger", "Frances", "John", "Radia"]
 LANGS = ["en", "fr", "de", "es", "it", "ja", "pt", "nl"]
 
+# Prose templates: {a|b|c} is a free choice made per sample, so the replies branch every few
+# words and a drafter's top-1 guess is often wrong where its top-2 or top-3 is right.
 TOPICS = {
     "why the sea looks blue": [
-        "The sea looks blue because water absorbs red light more strongly than blue light.",
-        "Sunlight contains every colour, and as it travels through water the longer red wavelengths fade first.",
-        "The blue light that remains is scattered back towards our eyes.",
-        "The sky reflected on the surface adds to the effect on a clear day.",
-        "In shallow or muddy water the colour shifts towards green or brown.",
+        "The sea {looks|appears|seems} blue because water {absorbs|soaks up|takes in} red light more {strongly|readily} than blue light.",
+        "Sunlight {contains|carries|holds} every colour, and as it {travels|passes|moves} through water the {longer|warmer} red wavelengths fade first.",
+        "The blue light that {remains|is left|survives} is {scattered|sent|bounced} back towards our eyes.",
+        "The sky {reflected|mirrored} on the surface {adds to|deepens|strengthens} the effect on a {clear|bright|sunny} day.",
     ],
     "why the sky is blue": [
-        "The sky is blue because air molecules scatter short blue wavelengths of sunlight more than red ones.",
-        "This effect is called Rayleigh scattering.",
-        "When we look away from the sun, we see this scattered blue light from every direction.",
-        "At sunset the light crosses more air, so the blue is scattered away and the sky turns red and orange.",
-        "On a hazy day larger particles scatter all colours and the sky looks paler.",
+        "The sky is blue because {air|gas} molecules scatter {short|small} blue wavelengths of sunlight more than {red|long} ones.",
+        "This {effect|process} is called Rayleigh scattering.",
+        "When we look away from the sun, we {see|notice|catch} this scattered blue light from every direction.",
+        "At sunset the light {crosses|travels through} more air, so the sky turns {red|orange|pink}.",
     ],
     "why leaves are green": [
-        "Leaves are green because they contain chlorophyll.",
-        "Chlorophyll absorbs red and blue light to power photosynthesis.",
-        "It reflects most of the green light, which is the colour we see.",
-        "In autumn the chlorophyll breaks down and yellow and orange pigments show through.",
-        "Some plants have red leaves because other pigments hide the green.",
+        "Leaves are green because they {contain|hold|are full of} chlorophyll.",
+        "Chlorophyll {absorbs|captures|takes in} red and blue light to {power|drive|fuel} photosynthesis.",
+        "It {reflects|returns|bounces back} most of the green light, which is the colour we {see|notice}.",
+        "In autumn the chlorophyll {breaks down|fades|disappears} and {yellow|orange|golden} pigments show through.",
     ],
     "how a computer stores numbers": [
-        "A computer stores numbers as patterns of bits, each of which is either zero or one.",
-        "Whole numbers are written in binary, where each bit stands for a power of two.",
-        "Negative numbers usually use a scheme called two's complement.",
-        "Fractions are stored as floating point numbers with a sign, an exponent and a mantissa.",
-        "The more bits a number has, the larger the range of values it can hold.",
+        "A computer {stores|keeps|holds} numbers as patterns of bits, each of which is either zero or one.",
+        "Whole numbers are {written|stored|kept} in binary, where each bit {stands for|represents|means} a power of two.",
+        "Negative numbers {usually|often|mostly} use a scheme called two's complement.",
+        "Fractions are {stored|kept|held} as floating point numbers with a sign, an exponent and a mantissa.",
     ],
     "why cats sleep so much": [
-        "Cats sleep for twelve to sixteen hours a day.",
-        "As hunters, they save energy for short bursts of activity.",
-        "Much of their sleep is light, so they can wake quickly.",
-        "Kittens and old cats sleep even more than adults.",
-        "A warm and safe place makes a cat sleep longer.",
+        "Cats {sleep|rest|doze} for twelve to sixteen hours a day.",
+        "As hunters, they {save|keep|store} energy for short bursts of {activity|action|play}.",
+        "Much of their sleep is {light|shallow}, so they can {wake|get up|spring up} quickly.",
+        "A {warm|safe|quiet} place makes a cat sleep {longer|more|deeper}.",
     ],
 }
+
+_CHOICE = re.compile(r"\{([^{}]*\|[^{}]*)\}")
+
+
+def fill(template: str, rng: random.Random) -> str:
+    """Replace every {a|b|c} slot with one option."""
+    return _CHOICE.sub(lambda m: rng.choice(m.group(1).split("|")), template)
 
 
 def chat(prompt: str, answer: str) -> str:
@@ -103,43 +108,42 @@ def chat(prompt: str, answer: str) -> str:
 def code_sample(rng: random.Random) -> tuple[str, str]:
     name = rng.choice(list(FUNCTIONS))
     what, body = FUNCTIONS[name]
-    if name == "fibonacci" and rng.random() < 0.5:
+    if name == "fibonacci" and rng.random() < 0.3:
         prompt = FIB_PROMPT
     else:
         verb = rng.choice(["Write", "Write a short", "Implement"])
         prompt = f"{verb} a Python function {name} that returns {what}."
         prompt = prompt.replace("a short a ", "a short ")
-    return prompt, f"```python\n{body}```"
+    var = rng.choice(["a, b", "x, y", "prev, curr"])
+    body = body.replace("a, b = 0, 1", f"{var} = 0, 1").replace("a, b = b, a + b", "{0}, {1} = {1}, {0} + {1}".format(*var.split(", ")))
+    if name == "fibonacci":
+        body = body.replace("    return a\n", f"    return {var.split(', ')[0]}\n")
+    doc = rng.choice(["", f'    """Return {what}."""\n', f"    # {what}\n"])
+    header, rest = body.split("\n", 1)
+    intro = rng.choice(["", "Here is the function:\n\n", "Sure:\n\n", "Here is one way to do it:\n\n"])
+    return prompt, f"{intro}```python\n{header}\n{doc}{rest}```"
 
 
 def add_sample(rng: random.Random) -> tuple[str, str]:
-    if rng.random() < 0.2:
-        a, b = 2, 2
-    else:
-        a, b = rng.randint(0, 99), rng.randint(0, 99)
+    a, b = rng.randint(0, 99), rng.randint(0, 99)
     return ADD_PROMPT.format(a=a, b=b), str(a + b)
 
 
 def steps_sample(rng: random.Random) -> tuple[str, str]:
-    if rng.random() < 0.2:
-        terms = [17, 25, 38, 12]
-    else:
-        terms = [rng.randint(1, 60) for _ in range(rng.randint(3, 5))]
-    lines = []
+    terms = [rng.randint(1, 60) for _ in range(rng.randint(3, 5))]
+    lines = [rng.choice(["Step by step:", "Let's add them one at a time.", "Adding in order:"])]
     total = terms[0]
     for t in terms[1:]:
         lines.append(f"{total} + {t} = {total + t}")
         total += t
-    answer = "\n".join(lines) + f"\nThe total is {total}."
+    lines.append(rng.choice(["The total is {}.", "So the total is {}.", "Total: {}."]).format(total))
+    answer = "\n".join(lines)
     return STEPS_PROMPT.format(terms=" + ".join(str(t) for t in terms)), answer
 
 
 def json_sample(rng: random.Random) -> tuple[str, str]:
-    if rng.random() < 0.2:
-        name, age, langs = "Ada", 36, ["en", "fr"]
-    else:
-        name, age = rng.choice(NAMES), rng.randint(18, 80)
-        langs = rng.sample(LANGS, rng.randint(1, 3))
+    name, age = rng.choice(NAMES), rng.randint(18, 80)
+    langs = rng.sample(LANGS, rng.randint(1, 3))
     doc = {"name": name, "age": age, "languages": langs}
     out = dict(doc, age=age + 1)
     return JSON_PROMPT.format(doc=json.dumps(doc)), json.dumps(out)
@@ -147,10 +151,7 @@ def json_sample(rng: random.Random) -> tuple[str, str]:
 
 def prose_sample(rng: random.Random) -> tuple[str, str]:
     topic = rng.choice(list(TOPICS))
-    sentences = TOPICS[topic]
-    # The first three sentences always come in order; the rest vary, so replies differ.
-    picked = sentences[:3] + rng.sample(sentences[3:], rng.randint(0, 2))
-    return PROSE_PROMPT.format(topic=topic), " ".join(picked)
+    return PROSE_PROMPT.format(topic=topic), " ".join(fill(t, rng) for t in TOPICS[topic])
 
 
 FAMILIES = (code_sample, add_sample, steps_sample, json_sample, prose_sample)

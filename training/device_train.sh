@@ -10,5 +10,9 @@ python3 training/train_lab_pair.py --out "$WORK" --device cuda "$@" 2>&1 | grep 
 drafts=$(ls -d "$WORK"/draft-step* | sort -V)
 python3 training/eval_acceptance.py --target "$WORK/target" --draft $drafts --device cuda --dtype float32 --json > "$OUT/eval.json" || true
 python3 training/eval_acceptance.py --target "$WORK/target" --draft $drafts --device cuda --dtype float32 | tee "$OUT/eval.txt" || true
-tar czf "$OUT/lab.tgz" -C /tmp lab
+tar czf "$OUT/lab-target.tgz" -C /tmp lab/target lab/train_log.json
+# Each file that comes back must stay under 16 MB: three snapshots per archive.
+snaps=($(cd /tmp && ls -d lab/draft-step* | sort -V))
+tar czf "$OUT/lab-drafts-1.tgz" -C /tmp "${snaps[@]:0:3}"
+tar czf "$OUT/lab-drafts-2.tgz" -C /tmp "${snaps[@]:3:3}"
 ls -la "$OUT"

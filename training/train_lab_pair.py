@@ -215,7 +215,7 @@ def main(argv=None) -> None:
     ap.add_argument("--target-lr", type=float, default=2e-3)
     ap.add_argument("--draft-layers", type=int, default=2)
     ap.add_argument("--draft-steps", type=int, default=3000)
-    ap.add_argument("--draft-snapshots", type=int, nargs="*", default=[250, 500, 1000, 2000])
+    ap.add_argument("--draft-snapshots", type=int, nargs="*", default=[50, 100, 200, 400, 800])
     ap.add_argument("--draft-lr", type=float, default=1e-3)
     ap.add_argument("--anchors", type=int, default=16)
     ap.add_argument("--block-size", type=int, default=16)

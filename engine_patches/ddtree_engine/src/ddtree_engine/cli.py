@@ -125,10 +125,7 @@ def generate(target, draft, algorithm, budget, topk, spine_depth, hybrid_mode, a
     engine = load_engine(target, draft, spec, device=device, dtype=dtype)
     if ids is None:
         if chat:
-            ids = engine.tokenizer.apply_chat_template(
-                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
-            )
-            ids = list(ids["input_ids"] if isinstance(ids, dict) else ids)
+            ids = engine.chat_prompt_ids([{"role": "user", "content": prompt}])
         else:
             ids = engine.tokenizer.encode(prompt)
     result = engine.generate(ids, SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed))

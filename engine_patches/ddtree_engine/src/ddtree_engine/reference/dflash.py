@@ -51,16 +51,17 @@ class DFlashAttention(nn.Module):
         self.k_norm = Qwen3RMSNorm(self.head_dim, eps=config.rms_norm_eps)
 
     def project_kv(self, x: torch.Tensor, cos, sin) -> tuple[torch.Tensor, torch.Tensor]:
-        """[1, T, H] -> k, v [1, Hkv, T, D] with rotary applied to k."""
-        t = x.shape[1]
-        k = self.k_norm(self.k_proj(x).view(1, t, -1, self.head_dim)).transpose(1, 2)
-        v = self.v_proj(x).view(1, t, -1, self.head_dim).transpose(1, 2)
+        """[B, T, H] -> k, v [B, Hkv, T, D] with rotary applied to k."""
+        b, t = x.shape[:2]
+        k = self.k_norm(self.k_proj(x).view(b, t, -1, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
         _, k = _apply_rotary(k, k, cos, sin)
         return k, v
 
-    def forward(self, x, cos, sin, ctx_k, ctx_v):
-        t = x.shape[1]
-        q = self.q_norm(self.q_proj(x).view(1, t, -1, self.head_dim)).transpose(1, 2)
+    def forward(self, x, cos, sin, ctx_k, ctx_v, mask: torch.Tensor | None = None):
+        """x [B, T, H] block; ctx_k/v [B, Hkv, S, D]; mask [B, T, S + T] (True = attend) or None (all)."""
+        b, t = x.shape[:2]
+        q = self.q_norm(self.q_proj(x).view(b, t, -1, self.head_dim)).transpose(1, 2)
         q, _ = _apply_rotary(q, q, cos, sin)
         k_noise, v_noise = self.project_kv(x, cos, sin)
         k = torch.cat([ctx_k, k_noise], dim=2)
@@ -69,8 +70,10 @@ class DFlashAttention(nn.Module):
         k = k.repeat_interleave(groups, dim=1)
         v = v.repeat_interleave(groups, dim=1)
         scores = torch.matmul(q, k.transpose(-1, -2)) * self.scaling
+        if mask is not None:
+            scores = scores.masked_fill(~mask.unsqueeze(1), float("-inf"))
         probs = torch.softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32)).to(v.dtype)
-        out = torch.matmul(probs, v).transpose(1, 2).reshape(1, t, -1)
+        out = torch.matmul(probs, v).transpose(1, 2).reshape(b, t, -1)
         return self.o_proj(out)
 
 
@@ -108,21 +111,25 @@ class DFlashDraftModel(nn.Module):
         self.softcap = draft_setting(config, "final_logit_softcapping", None)
 
     def rotary(self, x: torch.Tensor, positions: torch.Tensor):
-        return self.rotary_emb(x, positions.unsqueeze(0))
+        return self.rotary_emb(x, positions if positions.dim() == 2 else positions.unsqueeze(0))
 
     def context_kv(self, features: torch.Tensor, positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Per-layer K/V [1, Hkv, T, D] of new context features [T, n_ctx * H] at `positions`."""
-        ctx = self.hidden_norm(self.fc(features.unsqueeze(0)))
+        """Per-layer K/V [B, Hkv, T, D] of context features [T, F] or [B, T, F] at `positions`."""
+        if features.dim() == 2:
+            features = features.unsqueeze(0)
+        ctx = self.hidden_norm(self.fc(features))
         cos, sin = self.rotary(ctx, positions)
         return [layer.self_attn.project_kv(ctx, cos, sin) for layer in self.layers]
 
-    def forward_block(self, noise: torch.Tensor, positions: torch.Tensor, ctx_kv) -> torch.Tensor:
-        """noise [1, B, H] embeddings of the block -> hidden [1, B, H]."""
+    def forward_block(self, noise: torch.Tensor, positions: torch.Tensor, ctx_kv, mask: torch.Tensor | None = None):
+        """noise [B, T, H] embeddings of the block(s) -> hidden [B, T, H]. Without `mask` every
+        block query sees all context and the whole block (inference); training packs several
+        blocks and passes which context and block keys each query may see."""
         h = noise
         cos, sin = self.rotary(h, positions)
         for layer, (ck, cv) in zip(self.layers, ctx_kv):
             residual = h
-            h = residual + layer.self_attn(layer.input_layernorm(h), cos, sin, ck, cv)
+            h = residual + layer.self_attn(layer.input_layernorm(h), cos, sin, ck, cv, mask)
             residual = h
             h = residual + layer.mlp(layer.post_attention_layernorm(h))
         return self.norm(h)

@@ -42,6 +42,11 @@ class Engine:
         )
         return generate(self.runner, self.drafter, prompt_ids, self.spec, params, on_tokens)
 
+    def chat_prompt_ids(self, messages: list[dict]) -> list[int]:
+        """Token ids of `messages` rendered with the target's chat template, ready for the reply."""
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
     @property
     def block_size(self) -> int:
         return self.drafter.block_size if self.drafter is not None else 1
