@@ -1,0 +1,183 @@
+"""`ddtree-engine serve`: parse options, check the port, run uvicorn over the app."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import socket
+import sys
+
+import click
+
+from ..reference.types import ALGORITHMS, HYBRID_MODES, SpeculativeConfig
+from .app import ServerSettings, create_app, served_model_name_for
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+DTYPES = ("auto", "float32", "float64", "bfloat16", "float16")
+
+
+class PortInUse(click.UsageError):
+    """Exit 2: the address is taken, nothing was loaded."""
+
+
+def bind_listen_socket(host: str, port: int) -> socket.socket:
+    """Bind `host:port` now, so a taken port fails before the model loads and no race is left.
+
+    Raises:
+        PortInUse: the port is held by another process (message says how to find it).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    # uvicorn sets SO_REUSEADDR too: a port in TIME_WAIT is free, a listening one is not.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise PortInUse(
+                f"port {port} on {host} is already in use: stop what holds it "
+                f"(ss -ltnp 'sport = :{port}') or pass --port"
+            ) from exc
+        raise click.UsageError(f"cannot bind {host}:{port}: {exc.strerror}; check --host and --port") from exc
+    sock.set_inheritable(True)
+    return sock
+
+
+def _model_location(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and value != "lab" and not os.path.isdir(value):
+        raise click.BadParameter(f"{value!r} is not a directory; pass an HF model directory or 'lab'")
+    return value
+
+
+def _check_spec(spec: SpeculativeConfig, has_drafter: bool) -> None:
+    """The engine's own checks, run before the port is taken (they need no model)."""
+    from ..errors import BadInputError
+    from ..reference.generate import validate_spec
+
+    try:
+        validate_spec(spec, drafter=object() if has_drafter else None)
+    except BadInputError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
+@click.command()
+@click.option("--target", required=True, callback=_model_location, help="Target model: HF directory or 'lab'.")
+@click.option(
+    "--draft", default=None, callback=_model_location, help="DFlash drafter: HF directory or 'lab' (not needed for ar)."
+)
+@click.option("--algorithm", type=click.Choice(ALGORITHMS), default="ddtree", show_default=True)
+@click.option(
+    "--budget",
+    type=click.IntRange(min=0),
+    default=15,
+    show_default=True,
+    help="Drafted tree nodes per verify (ddtree).",
+)
+@click.option("--topk", type=click.IntRange(min=1), default=8, show_default=True, help="Candidates per depth (ddtree).")
+@click.option(
+    "--spine-depth",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Top-1 chain reserved first (ddtree).",
+)
+@click.option("--hybrid-mode", type=click.Choice(HYBRID_MODES), default="safe", show_default=True)
+@click.option(
+    "--allow-hybrid-unsafe", is_flag=True, help="Permit --hybrid-mode unsafe (diagnosis only: it leaks state)."
+)
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=30000, show_default=True)
+@click.option(
+    "--served-model-name", default=None, help="Model id in /v1/models [default: the target directory's name, or 'lab']."
+)
+@click.option(
+    "--api-key",
+    envvar="DDTREE_API_KEY",
+    default=None,
+    help="Require 'Authorization: Bearer KEY' on /v1/* [env DDTREE_API_KEY].",
+)
+@click.option(
+    "--metrics-log-interval",
+    type=click.IntRange(min=1),
+    default=32,
+    show_default=True,
+    help="Verify steps per 'DDTREE metrics:' line on stderr.",
+)
+@click.option("--log-level", type=click.Choice(LOG_LEVELS), default="info", show_default=True)
+@click.option(
+    "--warmup-delay",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    hidden=True,
+    help="Seconds to hold /health at 503 after load (tests).",
+)
+def serve(
+    target: str,
+    draft: str | None,
+    algorithm: str,
+    budget: int,
+    topk: int,
+    spine_depth: int,
+    hybrid_mode: str,
+    allow_hybrid_unsafe: bool,
+    device: str,
+    dtype: str,
+    host: str,
+    port: int,
+    served_model_name: str | None,
+    api_key: str | None,
+    metrics_log_interval: int,
+    log_level: str,
+    warmup_delay: float,
+) -> None:
+    """Serve the reference engine over an OpenAI-compatible HTTP API."""
+    import uvicorn
+
+    if algorithm != "ar" and draft is None:
+        raise click.UsageError(f"--algorithm {algorithm} needs --draft DIR (or 'lab')")
+    spec = SpeculativeConfig(
+        algorithm=algorithm,  # type: ignore[arg-type]
+        budget=budget,
+        topk=topk,
+        spine_depth=spine_depth,
+        hybrid_mode=hybrid_mode,  # type: ignore[arg-type]
+        allow_hybrid_unsafe=allow_hybrid_unsafe,
+    )
+    _check_spec(spec, has_drafter=draft is not None)
+    sock = bind_listen_socket(host, port)
+    logging.basicConfig(
+        level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+    def load():
+        from ..reference.engine import load_engine
+
+        return load_engine(target, draft, spec, device=device, dtype=dtype)
+
+    server: uvicorn.Server | None = None
+
+    def stop_on_load_failure(_exc: BaseException) -> None:
+        if server is not None:
+            server.should_exit = True
+
+    settings = ServerSettings(
+        host=host,
+        port=port,
+        served_model_name=served_model_name or served_model_name_for(target),
+        api_key=api_key or None,
+        metrics_log_interval=metrics_log_interval,
+        warmup_delay_s=warmup_delay,
+        on_load_failure=stop_on_load_failure,
+    )
+    app = create_app(load, settings)
+    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, access_log=log_level == "debug"))
+    server.run(sockets=[sock])
+    runtime = app.state.runtime
+    if runtime.load_exception is not None:
+        click.echo(f"error: the engine failed to load: {runtime.load_error}", err=True)
+        # A model directory that does not load is bad input (the engine's errors carry 2).
+        sys.exit(getattr(runtime.load_exception, "exit_code", 1))
