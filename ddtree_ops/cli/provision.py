@@ -1,0 +1,41 @@
+"""`ddtree-ops provision [HOST…]`: the immutable engine environment on each host."""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from .. import provision as provisioning
+from . import cli
+from .common import emit_json, json_option, project_from
+
+
+@cli.command()
+@click.argument("host_names", metavar="[HOST]...", nargs=-1)
+@json_option
+@click.pass_context
+def provision(ctx: click.Context, host_names: tuple[str, ...], json_: bool) -> None:
+    """Build /opt/ddtree/envs/<lock-hash> on each host (all hosts when none are named).
+
+    The wheelhouse is built on this machine, so hosts need no network. A host whose
+    environment is already complete is left alone and reported "up to date".
+    """
+    project = project_from(ctx)
+    hosts = project.select_hosts(host_names)  # unknown names: ConfigError (exit 2) before any host is touched
+    provisioning.check_supported(project)
+    report = provisioning.provision(project, hosts)
+    if json_:
+        emit_json(report.to_dict())
+        return
+    table = Table(title="provision", title_justify="left")
+    for column in ("host", "address", "status", "env", "python", "changed"):
+        table.add_column(column)
+    for row in report.hosts:
+        status = f"[green]{row.status}[/green]" if row.status == "up to date" else f"[cyan]{row.status}[/cyan]"
+        table.add_row(row.host, row.address, status, row.env, row.python, str(row.changed))
+    Console().print(table)
+    for row in report.hosts:
+        click.echo(row.line())
+    click.echo(f"log: {report.log_path}", err=True)
+    click.echo("timings: " + ", ".join(f"{k} {v:.1f}s" for k, v in report.timings_s.items()), err=True)

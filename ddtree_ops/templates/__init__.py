@@ -1,0 +1,1 @@
+"""Files `ddtree-ops` writes for the user (the annotated example project file)."""
