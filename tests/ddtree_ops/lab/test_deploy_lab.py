@@ -1,0 +1,158 @@
+"""deploy and rollback on the lab fleet: real hosts (systemd, sshd), real Ansible, the real engine.
+
+Needs the `lab_fleet` fixture (tests/ddtree_ops/conftest.py). Provision and the first deploy are
+idempotent, so this module can run before or after the other lab modules; it leaves the fleet
+deployed with the lab's own settings (budget 15, topk 8).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from ddtree_ops.cli import cli
+from ddtree_ops.config import load_project
+from ddtree_ops.remote import ssh_run
+from ddtree_ops.units import render_env_file, render_unit, unit_spec
+
+pytestmark = pytest.mark.lab
+
+IMPOSSIBLE_MODEL = "/nonexistent/ddtree-model"
+
+
+def _config_path(lab_fleet) -> Path:
+    """The lab's ddtree.yaml, from whatever shape the fixture yields (LabReport, dict or path)."""
+    if isinstance(lab_fleet, (str, Path)):
+        return Path(lab_fleet)
+    if isinstance(lab_fleet, dict):
+        return Path(lab_fleet["config_path"])
+    return Path(lab_fleet.config_path)
+
+
+def _run(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def _state(project, host: str) -> dict:
+    return json.loads(ssh_run(project.host(host), "cat /var/lib/ddtree/state.json"))
+
+
+def _server_info(project, host: str, service: str) -> dict:
+    h, s = project.host(host), project.service(service)
+    assert httpx.get(f"http://{h.address}:{s.port}/health", timeout=10).status_code == 200
+    return httpx.get(f"http://{h.address}:{s.port}/server_info", timeout=10).json()
+
+
+@pytest.fixture(scope="module")
+def lab(lab_fleet):
+    config = str(_config_path(lab_fleet))
+    provision = _run("-c", config, "provision")
+    assert provision.exit_code == 0, provision.output
+    project = load_project(config)
+    assert len(project.hosts) >= 2, "the deploy lab tests need two lab hosts"
+    return config, project
+
+
+@pytest.fixture(scope="module")
+def deployed(lab):
+    config, project = lab
+    result = _run("-c", config, "deploy", "--budget", "15", "--topk", "8", "--json")
+    assert result.exit_code == 0, result.output
+    return config, project, json.loads(result.stdout)
+
+
+def test_deploy_makes_every_service_healthy(deployed):
+    _config, project, report = deployed
+    assert report["ok"] is True
+    assert [h["host"] for h in report["hosts"]] == [h.name for h in project.hosts]
+    for host in report["hosts"]:
+        assert host["status"] == "deployed"
+        assert {s["service"]: s["status"] for s in host["services"]} == {s.name: "healthy" for s in project.services}
+        for service in host["services"]:
+            assert service["release_id"] and service["healthy_after_s"] is not None
+        info = _server_info(project, host["host"], "tree")
+        assert info["speculative_algorithm"] == "DDTREE"
+        assert (info["speculative_ddtree_budget"], info["speculative_ddtree_topk"]) == (15, 8)
+
+
+def test_host_files_are_the_templates_rendered_by_ansible(deployed):
+    _config, project, _report = deployed
+    host = project.hosts[0]
+    state = _state(project, host.name)
+    assert state["env"]["path"].startswith("/opt/ddtree/envs/"), "provision's keys must survive a deploy"
+    service = project.service("tree")
+    spec = unit_spec(service, host, project.engine, metrics_log_interval=project.deploy.metrics_log_interval)
+    release = state["services"]["tree"]["current"]
+    assert ssh_run(host, "cat /etc/systemd/system/ddtree-tree.service") == render_unit(spec, state["env"]["path"])
+    assert ssh_run(host, f"cat /opt/ddtree/releases/{release}/ddtree-tree.service") == render_unit(
+        spec, state["env"]["path"]
+    )
+    assert ssh_run(host, "cat /etc/ddtree/tree.env") == render_env_file(spec)
+    assert ssh_run(host, "stat -c %a /etc/ddtree/tree.env").strip() == "600"
+    assert json.loads(ssh_run(host, f"cat /opt/ddtree/releases/{release}/release.json"))["release_id"] == release
+
+
+def test_second_identical_deploy_changes_nothing(deployed):
+    config, project, first = deployed
+    result = _run("-c", config, "deploy", "--budget", "15", "--topk", "8", "--json")
+    assert result.exit_code == 0, result.output
+    second = json.loads(result.stdout)
+    assert [h["changed"] for h in second["hosts"]] == [0] * len(project.hosts)
+    releases = lambda r: {(h["host"], s["service"]): s["release_id"] for h in r["hosts"] for s in h["services"]}
+    assert releases(second) == releases(first)
+
+
+def test_unhealthy_deploy_rolls_back_the_first_host_and_leaves_the_second_untouched(deployed, tmp_path):
+    config, project, _report = deployed
+    first, second = project.hosts[0].name, project.hosts[1].name
+    state_first_before = _state(project, first)
+    state_second_before = ssh_run(project.hosts[1], "cat /var/lib/ddtree/state.json")
+    unit_second_before = ssh_run(project.hosts[1], "cat /etc/systemd/system/ddtree-tree.service")
+
+    document = yaml.safe_load(Path(config).read_text())
+    document["engine"]["target"] = IMPOSSIBLE_MODEL
+    document["deploy"] = {**document.get("deploy", {}), "health_timeout_s": 25, "health_interval_s": 1}
+    bad_config = tmp_path / "ddtree.yaml"
+    bad_config.write_text(yaml.safe_dump(document))
+
+    result = _run("-c", str(bad_config), "deploy", "--services", "tree", "--budget", "7", "--topk", "4", "--json")
+    assert result.exit_code == 1, result.output
+    assert f"deploy failed on host {first!r}" in result.stderr
+    assert "service 'tree'" in result.stderr
+    assert IMPOSSIBLE_MODEL in result.stderr, "the journal tail should show why the engine did not start"
+    assert f"{second} were not touched" in result.stderr
+    report = json.loads(result.stdout)
+    assert [h["status"] for h in report["hosts"]] == ["rolled back", "skipped"]
+
+    # The first host runs its previous release again, with the old settings.
+    info = _server_info(project, first, "tree")
+    assert (info["speculative_ddtree_budget"], info["speculative_ddtree_topk"]) == (15, 8)
+    state_first_after = _state(project, first)
+    assert state_first_after["services"]["tree"]["current"] == state_first_before["services"]["tree"]["current"]
+    assert state_first_after["services"]["baseline"] == state_first_before["services"]["baseline"]
+    assert state_first_after["env"] == state_first_before["env"]
+    _server_info(project, first, "baseline")
+
+    # The second host was never reached.
+    assert ssh_run(project.hosts[1], "cat /var/lib/ddtree/state.json") == state_second_before
+    assert ssh_run(project.hosts[1], "cat /etc/systemd/system/ddtree-tree.service") == unit_second_before
+
+
+def test_rollback_command_restores_the_previous_release(deployed):
+    config, project, _report = deployed
+    first = project.hosts[0].name
+    result = _run("-c", config, "deploy", "--hosts", first, "--services", "tree", "--budget", "7", "--topk", "4")
+    assert result.exit_code == 0, result.output
+    assert _server_info(project, first, "tree")["speculative_ddtree_budget"] == 7
+
+    result = _run("-c", config, "rollback", "--hosts", first, "--services", "tree", "--json")
+    assert result.exit_code == 0, result.output
+    (host,) = json.loads(result.stdout)["hosts"]
+    assert host["status"] == "rolled back" and host["services"][0]["healthy_after_s"] is not None
+    info = _server_info(project, first, "tree")
+    assert (info["speculative_ddtree_budget"], info["speculative_ddtree_topk"]) == (15, 8)
