@@ -4,7 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-unit test-lab demo clean
+.PHONY: venv test test-unit test-lab demo demo-down clean
+
+# The demo's lab lives inside the checkout, so its project file has a known path.
+LAB_DIR := $(CURDIR)/.lab
+DEMO_OUT := $(CURDIR)/demo-out
+OPS := DDTREE_LAB_DIR=$(LAB_DIR) DDTREE_CONFIG=$(LAB_DIR)/ddtree.yaml $(BIN)/ddtree-ops
 
 $(STAMP): pyproject.toml engine_patches/ddtree_engine/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +29,20 @@ test-unit: venv
 
 test-lab: venv
 	$(BIN)/pytest -q -m lab
+
+# The main job on the embedded default: a local lab fleet of 2 hosts, provision, deploy
+# --budget 15 --topk 8, healthcheck, compare (tables printed; reports in demo-out/).
+demo: venv
+	docker/lab/ensure-docker.sh
+	$(OPS) lab up --hosts 2
+	$(OPS) provision
+	$(OPS) deploy --budget 15 --topk 8
+	$(OPS) healthcheck
+	$(OPS) compare --runs 2 --out $(DEMO_OUT)
+	@echo "The lab is still up: DDTREE_CONFIG=$(LAB_DIR)/ddtree.yaml .venv/bin/ddtree-ops ... ; 'make demo-down' removes it."
+
+demo-down: venv
+	$(OPS) lab down
 
 clean:
 	rm -rf $(VENV) build dist
