@@ -87,6 +87,9 @@ def train_target(seqs, tok, args, device, log):
         opt.step()
         if step % 100 == 0 or step == args.target_steps - 1:
             log(f"target step {step} loss {loss.item():.4f} ({time.time() - start:.0f}s)")
+        if args.target_stop_step is not None and step + 1 >= args.target_stop_step:
+            log(f"target: stopped at step {step + 1} of a {args.target_steps}-step schedule")
+            break
         if time.time() - start > args.max_seconds_target:
             log(f"target: stopped early at step {step} (time guard {args.max_seconds_target}s)")
             break
@@ -154,7 +157,7 @@ def train_drafter(target, seqs, tok, args, device, log, out_dir: Path):
     block = args.block_size
     # DFlash's loss weights: nearer positions matter more (gamma = 7 for block 16).
     weights = torch.exp(-(torch.arange(block, device=device) - 1).clamp(min=0) / args.loss_gamma)
-    snapshots = sorted(set(args.draft_snapshots + [args.draft_steps]))
+    snapshots = sorted(set(args.draft_snapshots + [args.ship_draft_step]))
     start = time.time()
     drafter.train()
     for step in range(args.draft_steps):
@@ -189,7 +192,8 @@ def train_drafter(target, seqs, tok, args, device, log, out_dir: Path):
             save_drafter(_bf16_copy(drafter, dcfg), out_dir / f"draft-step{step + 1}")
         if stop:
             log(f"draft: stopped early at step {step} (time guard {args.max_seconds_draft}s)")
-            args.draft_steps = step + 1
+            break
+        if step + 1 >= max(snapshots):
             break
     return drafter.eval()
 
@@ -213,9 +217,14 @@ def main(argv=None) -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--target-steps", type=int, default=3000)
     ap.add_argument("--target-lr", type=float, default=2e-3)
+    # Stop before the schedule ends (the shipped target ran 2051 of 3000 steps).
+    ap.add_argument("--target-stop-step", type=int, default=2051)
     ap.add_argument("--draft-layers", type=int, default=2)
     ap.add_argument("--draft-steps", type=int, default=3000)
     ap.add_argument("--draft-snapshots", type=int, nargs="*", default=[50, 100, 200, 400, 800])
+    # The snapshot that becomes OUT/draft (the shipped drafter is step 200 of a 3000-step schedule:
+    # trained longer, it drafts the lab prompts so well that a tree has little left to add).
+    ap.add_argument("--ship-draft-step", type=int, default=200)
     ap.add_argument("--draft-lr", type=float, default=1e-3)
     ap.add_argument("--anchors", type=int, default=16)
     ap.add_argument("--block-size", type=int, default=16)
@@ -244,7 +253,7 @@ def main(argv=None) -> None:
     tok.save_pretrained(str(target_dir))
     target.float()
     drafter = train_drafter(target, seqs, tok, args, device, log, args.out)
-    final = args.out / f"draft-step{args.draft_steps}"
+    final = args.out / f"draft-step{args.ship_draft_step}"
     (args.out / "draft").mkdir(exist_ok=True)
     for f in final.iterdir():
         (args.out / "draft" / f.name).write_bytes(f.read_bytes())

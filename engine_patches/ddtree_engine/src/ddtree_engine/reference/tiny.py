@@ -34,12 +34,11 @@ def target_config(arch: str, vocab_size: int, hidden_size: int = 64, num_layers:
     )
     common.update(overrides)
     if arch == "qwen3":
-        return Qwen3Config(**common)
+        return Qwen3Config(**{k: v for k, v in common.items() if not k.startswith("linear_")})
     if arch == "qwen3-next":
         layer_types = (HYBRID_LAYER_TYPES * num_layers)[:num_layers]
         layer_types[-1] = "full_attention"
-        return Qwen3NextConfig(
-            **common,
+        hybrid = dict(
             layer_types=layer_types,
             linear_num_key_heads=2,
             linear_num_value_heads=4,
@@ -49,6 +48,8 @@ def target_config(arch: str, vocab_size: int, hidden_size: int = 64, num_layers:
             num_experts=0,
             mlp_only_layers=[],
         )
+        hybrid.update({k: common.pop(k) for k in list(common) if k in hybrid})
+        return Qwen3NextConfig(**common, **hybrid)
     raise BadInputError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHES)}")
 
 
