@@ -56,6 +56,18 @@ class Engine(_Strict):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     install: InstallSettings = InstallSettings()
+    # backend sglang: the SGLang release to lock (None = ddtree_ops/knowledge/sglang_releases.yaml's default).
+    sglang_version: str | None = None
+
+    @field_validator("sglang_version")
+    @classmethod
+    def _known_sglang_release(cls, version: str | None) -> str | None:
+        from . import knowledge
+
+        known = knowledge.releases()["releases"]
+        if version is not None and version not in known:
+            raise ValueError(f"sglang {version} is not a release ddtree-ops has data for; use one of: {', '.join(sorted(known))}")
+        return version
 
     @model_validator(mode="after")
     def _unsafe_needs_allow(self) -> Engine:

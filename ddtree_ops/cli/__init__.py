@@ -27,7 +27,7 @@ def _register() -> None:
     # Each command group lives in its own module; importing it attaches it to `cli`.
     import importlib
 
-    for name in ("init_cmd", "lab", "provision", "deploy", "health", "compare"):
+    for name in ("init_cmd", "lab", "provision", "deploy", "health", "compare", "doctor"):
         try:
             importlib.import_module(f"{__name__}.{name}")
         except ModuleNotFoundError as err:

@@ -1,0 +1,225 @@
+"""Container mode: render the engine image's Dockerfile from a lock, build it with the Docker SDK
+(progress shown), tag it by the lock's hash, and ship it to hosts (`docker save | ssh docker load`).
+
+The template is docker/cuda/Dockerfile.j2; its flavour follows the lock: `cu130`/`cu129` start from
+the matching nvidia/cuda image (or an lmsysorg/sglang tag that matches the lock exactly), `cpu` from a
+plain OS image — the lab's, which needs no registry.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import jinja2
+
+from . import knowledge
+from .config import Host
+from .exceptions import ConfigError, DdtreeOpsError, HostError
+from .probe import MANIFEST_SCRIPT
+from .lab.image import LAB_IMAGE as LAB_BASE_IMAGE  # Debian bookworm, Python 3.11, built without a registry
+from .state import repo_root
+
+IMAGE_REPO = "ddtree-engine"
+ENV_DIR = "/opt/ddtree/env"
+TEMPLATE = "docker/cuda/Dockerfile.j2"
+
+
+def docker_sdk():
+    """The Docker SDK module, or None. The repository's own docker/ folder is a namespace package
+    when the checkout is on sys.path; it has no `from_env`, so it does not count."""
+    try:
+        import docker
+    except ImportError:
+        return None
+    return docker if hasattr(docker, "from_env") else None
+
+
+def image_tag(lock) -> str:
+    """The image's tag: one image per lock, like one env dir per lock."""
+    return f"{IMAGE_REPO}:{lock.short_hash}"
+
+
+def flavour_of(lock) -> str:
+    return getattr(lock, "cuda_flavour", None) or "cpu"
+
+
+def base_image(lock, cpu_base: str = LAB_BASE_IMAGE) -> str:
+    """nvidia/cuda of the lock's CUDA (or an exact lmsysorg/sglang match); the OS image for `cpu`."""
+    flavour = flavour_of(lock)
+    if flavour == "cpu":
+        return cpu_base
+    release = knowledge.releases()["releases"].get(getattr(lock, "sglang_version", ""), {})
+    if release.get("lmsysorg_image"):
+        return release["lmsysorg_image"]
+    bases = knowledge.cuda()["container_bases"]
+    if flavour not in bases:
+        raise ConfigError(f"no container base image is known for CUDA flavour {flavour}: add it to knowledge/cuda.yaml")
+    return bases[flavour]["cuda_image"]
+
+
+def _image_python_tag(base: str) -> str | None:
+    # Ubuntu 24.04 ships Python 3.12, 22.04 ships 3.10, Debian bookworm 3.11.
+    for marker, tag in (("ubuntu24.04", "cp312"), ("ubuntu:24.04", "cp312"), ("ubuntu22.04", "cp310"), ("bookworm", "cp311")):
+        if marker in base:
+            return tag
+    return None
+
+
+@dataclass(frozen=True)
+class RenderedContext:
+    dockerfile: str
+    files: dict[str, Path]  # name in the build context -> source file
+
+
+def render_dockerfile(lock, wheelhouse_tar: Path | None = None, engine_wheel: Path | None = None, cpu_base: str = LAB_BASE_IMAGE) -> RenderedContext:
+    """The Dockerfile (and the files its context needs) for `lock`.
+
+    Args:
+        lock: a CudaLock (sglang) or a reference Lock.
+        wheelhouse_tar: install offline from this wheelhouse (required for reference locks).
+        engine_wheel: the engine wheel, for online (lock steps) builds.
+    Raises:
+        ConfigError: the lock cannot be built into an image (Python of the base image differs, nothing to install from).
+    """
+    base = base_image(lock, cpu_base)
+    want = lock.python_tag
+    have = _image_python_tag(base)
+    if have and have != want and not base.startswith("lmsysorg/"):
+        raise ConfigError(
+            f"the {flavour_of(lock)} base image {base} has Python {have}, the lock is for {want}: "
+            "provision the hosts with the base image's Python (engine.install.python) or pick a base with it"
+        )
+    files: dict[str, Path] = {"abi_manifest.py": MANIFEST_SCRIPT}
+    steps = []
+    if wheelhouse_tar is not None:
+        files["wheelhouse.tar"] = Path(wheelhouse_tar)
+    elif getattr(lock, "steps", None):
+        if engine_wheel is None:
+            raise ConfigError("an online image build needs the engine wheel (engine_wheel=...)")
+        files[Path(engine_wheel).name] = Path(engine_wheel)
+        steps = [{"description": s.description, "args": " ".join(s.pip_args(f"{ENV_DIR}/constraints.txt"))} for s in lock.steps]
+    else:
+        raise ConfigError("a reference lock installs from its wheelhouse: pass wheelhouse_tar")
+
+    backend = getattr(lock, "backend", "reference")
+    manifest_args = ["--require", "ddtree_engine"]
+    if backend == "sglang":
+        # Without a GPU at build time the kernels cannot load (no libcuda.so.1): check their ELF needs, not their import.
+        manifest_args = []
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(repo_root())), undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+    text = env.get_template(TEMPLATE).render(
+        lock_hash=lock.hash,
+        flavour=flavour_of(lock),
+        base_image=base,
+        install_python=flavour_of(lock) != "cpu" or "bookworm" not in base,
+        python_tag=want,
+        env_dir=ENV_DIR,
+        wheelhouse=wheelhouse_tar is not None,
+        steps=steps,
+        engine_wheel=Path(engine_wheel).name if engine_wheel else "",
+        build_manifest_args=" ".join(manifest_args),
+    )
+    if not wheelhouse_tar:
+        files["constraints.txt"] = _write_temp(lock.requirements_text())
+    return RenderedContext(text, files)
+
+
+def _write_temp(text: str) -> Path:
+    fd, name = tempfile.mkstemp(prefix="ddtree-constraints-", suffix=".txt")
+    Path(name).write_text(text)
+    return Path(name)
+
+
+def build_image(
+    lock,
+    context: RenderedContext,
+    on_progress: Callable[[str], None] = lambda line: None,
+) -> str:
+    """Build the image with the Docker SDK, streaming its output to `on_progress`; returns the tag.
+
+    Raises:
+        DdtreeOpsError: Docker is unreachable or the build failed (with the failing step's output).
+    """
+    docker = docker_sdk()
+    if docker is None:
+        raise ConfigError("container mode needs the Docker SDK on this machine: pip install docker") from None
+    tag = image_tag(lock)
+    with tempfile.TemporaryDirectory(prefix="ddtree-image-") as tmp:
+        ctx = Path(tmp)
+        (ctx / "Dockerfile").write_text(context.dockerfile)
+        for name, source in context.files.items():
+            shutil.copy2(source, ctx / name)
+        try:
+            client = docker.from_env(timeout=600)
+            stream = client.api.build(path=str(ctx), tag=tag, rm=True, forcerm=True, decode=True, labels={"ddtree.lock": lock.hash})
+            tail: list[str] = []
+            for chunk in stream:
+                if "stream" in chunk:
+                    for line in chunk["stream"].splitlines():
+                        if line.strip():
+                            tail = (tail + [line])[-40:]
+                            on_progress(line)
+                elif "status" in chunk:
+                    on_progress(f"{chunk['status']} {chunk.get('progress', '')}".strip())
+                if "error" in chunk:
+                    raise DdtreeOpsError(f"building {tag} failed: {chunk['error'].strip()}\n" + "\n".join(tail[-15:]))
+        except DdtreeOpsError:
+            raise
+        except Exception as err:  # noqa: BLE001 - docker.errors.* and connection errors
+            raise DdtreeOpsError(f"Docker could not build {tag}: {err}") from None
+    return tag
+
+
+def docker_run_argv(
+    tag: str,
+    name: str,
+    serve_args: list[str],
+    gpu_uuids: list[str] = (),
+    env_file: str | None = None,
+    read_only_paths: list[str] = (),
+) -> list[str]:
+    """The `docker run` a systemd unit's ExecStart uses to serve from the image (foreground, removed on stop).
+
+    Host networking keeps the service's port and /health where deploy and healthcheck expect them;
+    GPUs are pinned by UUID, like the venv units' CUDA_VISIBLE_DEVICES; model directories are mounted read-only.
+    """
+    argv = ["docker", "run", "--rm", "--name", name, "--network", "host", "--init"]
+    if gpu_uuids:
+        # The quotes are part of the value: docker reads --gpus as CSV, and a device list contains commas.
+        argv += ["--gpus", '"device=' + ",".join(gpu_uuids) + '"']
+    if env_file:
+        argv += ["--env-file", env_file]
+    for path in read_only_paths:
+        argv += ["-v", f"{path}:{path}:ro"]
+    return argv + [tag, "serve", *serve_args]
+
+
+def ship_image(host: Host, tag: str, timeout_s: float = 3600) -> None:
+    """`docker save TAG | ssh HOST docker load`, skipped when the host already has the tag.
+
+    Raises:
+        HostError: the host is unreachable, has no Docker, or the load failed.
+    """
+    from .remote import ssh_argv
+
+    check = subprocess.run(ssh_argv(host, f"docker image inspect {tag} >/dev/null 2>&1 && echo present || echo absent"), capture_output=True, text=True, timeout=60)
+    if check.returncode == 255:
+        raise HostError(f"host {host.name} ({host.address}) is unreachable over SSH: {check.stderr.strip()}")
+    if check.stdout.strip() == "present":
+        return
+    save = subprocess.Popen(["docker", "save", tag], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        load = subprocess.run(ssh_argv(host, "docker load"), stdin=save.stdout, capture_output=True, text=True, timeout=timeout_s)
+    finally:
+        save.stdout.close()
+        save_err = save.stderr.read().decode(errors="replace")
+        save.wait()
+    if save.returncode != 0:
+        raise DdtreeOpsError(f"docker save {tag} failed here: {save_err.strip()}")
+    if load.returncode != 0:
+        raise HostError(f"host {host.name}: docker load failed: {(load.stderr or load.stdout).strip()[-400:]} (is Docker installed there?)")

@@ -1,0 +1,174 @@
+"""The ABI manifest, control side: run host_scripts/abi_manifest.py in an env, validate its JSON, gate on it.
+
+The manifest is stored next to the env (`<env>/abi-manifest.json`), shown by `healthcheck` and
+`doctor`, and checked by `deploy` before a host gets a release (`gate`).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import Host
+from .exceptions import CheckFailed, ConfigError, HostError
+from .probe import MANIFEST_SCRIPT
+
+MANIFEST_NAME = "abi-manifest.json"
+STATUSES = ("ok", "warn", "fail", "skip")
+SUPPORTED_FORMATS = (1,)
+# What must import in an env of each backend; anything else the script looks at is informative.
+REQUIRED_MODULES = {
+    "reference": ("ddtree_engine",),
+    "sglang": ("sgl_kernel", "flashinfer", "sglang", "ddtree_engine"),
+}
+
+
+@dataclass(frozen=True)
+class ManifestCheck:
+    name: str
+    status: str
+    reason: str
+    failure_class: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "fail"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    ok: bool
+    checks: tuple[ManifestCheck, ...]
+    torch_version: str | None
+    torch_cuda: str | None
+    driver_version: str | None
+    raw: dict
+
+    @property
+    def failures(self) -> tuple[ManifestCheck, ...]:
+        return tuple(c for c in self.checks if not c.ok)
+
+    def summary(self) -> str:
+        if self.ok:
+            torch = f"torch {self.torch_version} (CUDA {self.torch_cuda or 'none'})" if self.torch_version else "no torch"
+            return f"ok: {torch}, driver {self.driver_version or 'none'}, {len(self.checks)} checks"
+        first = self.failures[0]
+        more = f" (+{len(self.failures) - 1} more)" if len(self.failures) > 1 else ""
+        return f"{first.name}: {first.failure_class or 'failed'}: {first.reason}{more}"
+
+
+def parse_manifest(doc: object, where: str = "manifest") -> Manifest:
+    """Validate the JSON of host_scripts/abi_manifest.py. Raises ConfigError naming the field."""
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{where}: a manifest is a JSON object, got {type(doc).__name__}")
+    if doc.get("format") not in SUPPORTED_FORMATS:
+        raise ConfigError(f"{where}: manifest format {doc.get('format')!r} is not supported (expected {SUPPORTED_FORMATS})")
+    if not isinstance(doc.get("ok"), bool):
+        raise ConfigError(f"{where}: 'ok' must be true or false")
+    raw_checks = doc.get("checks")
+    if not isinstance(raw_checks, list) or not raw_checks:
+        raise ConfigError(f"{where}: 'checks' must be a non-empty list")
+    checks = []
+    for i, c in enumerate(raw_checks):
+        if not isinstance(c, dict) or not isinstance(c.get("name"), str) or c.get("status") not in STATUSES:
+            raise ConfigError(f"{where}: checks[{i}] needs a name and a status in {STATUSES}, got {c!r}"[:300])
+        checks.append(ManifestCheck(c["name"], c["status"], str(c.get("reason") or ""), c.get("class")))
+    if doc["ok"] != all(c.ok for c in checks):
+        raise ConfigError(f"{where}: 'ok' is {doc['ok']} but the checks say {all(c.ok for c in checks)}: the file was edited")
+    torch = doc.get("torch") or {}
+    driver = doc.get("driver") or {}
+    return Manifest(
+        ok=doc["ok"],
+        checks=tuple(checks),
+        torch_version=torch.get("version"),
+        torch_cuda=torch.get("cuda"),
+        driver_version=driver.get("version"),
+        raw=doc,
+    )
+
+
+def load_manifest(path: str | Path) -> Manifest:
+    p = Path(path)
+    try:
+        return parse_manifest(json.loads(p.read_text()), str(p))
+    except OSError as err:
+        raise ConfigError(f"{p}: cannot read the manifest ({err.strerror})") from None
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{p}: the manifest is not JSON ({err.msg})") from None
+
+
+def manifest_args(backend: str, pins: dict[str, str] | None = None, expect_gpu_arch: str = "auto") -> list[str]:
+    """The script's arguments for an env of `backend` whose lock pins `pins`."""
+    args = ["--expect-gpu-arch", expect_gpu_arch]
+    for module in REQUIRED_MODULES.get(backend, ()):
+        args += ["--require", module]
+    if pins:
+        args += ["--expect-packages", json.dumps(pins, sort_keys=True)]
+    return args
+
+
+def remote_command(env_python: str, args: list[str], store_in: str | None = None) -> str:
+    """A shell command that reads the script from stdin into a temp file, runs it with the env's
+    python (the script re-invokes itself for each import, so it needs a real path) and removes it."""
+    run = " ".join(shlex.quote(a) for a in [env_python, "$f", *args]).replace("'$f'", '"$f"')
+    store = f" --output {shlex.quote(store_in)}" if store_in else ""
+    return f'f=$(mktemp /tmp/ddtree-abi-XXXXXX.py) && cat > "$f" && {run}{store}; rc=$?; rm -f "$f"; exit $rc'
+
+
+def _parse_output(stdout: str, where: str) -> Manifest:
+    try:
+        doc = json.loads(stdout)
+    except json.JSONDecodeError:
+        raise HostError(f"{where}: the ABI manifest script printed no JSON: {stdout[-400:]!r}") from None
+    try:
+        return parse_manifest(doc, where)
+    except ConfigError as err:
+        raise HostError(str(err)) from None
+
+
+def run_local(python: str, backend: str = "reference", pins: dict[str, str] | None = None, expect_gpu_arch: str = "auto", timeout_s: float = 900) -> Manifest:
+    """Run the manifest script with `python` (an env on this machine, e.g. inside a container build)."""
+    argv = [python, str(MANIFEST_SCRIPT), *manifest_args(backend, pins, expect_gpu_arch)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    if proc.returncode not in (0, 1):
+        raise HostError(f"the ABI manifest script exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
+    return _parse_output(proc.stdout, f"manifest of {python}")
+
+
+def run_on_host(
+    host: Host,
+    env_python: str,
+    backend: str,
+    pins: dict[str, str] | None = None,
+    store_in: str | None = None,
+    timeout_s: float = 900,
+) -> Manifest:
+    """Run the manifest script with the env's python on `host` over SSH.
+
+    Args:
+        env_python: e.g. /opt/ddtree/envs/<hash>/bin/python.
+        store_in: also write the manifest there on the host (next to the env).
+    Raises:
+        HostError: unreachable, or the script could not run (a failed check is not an error: see `gate`).
+    """
+    from .remote import ssh_argv
+
+    argv = ssh_argv(host, remote_command(env_python, manifest_args(backend, pins), store_in))
+    try:
+        proc = subprocess.run(argv, input=MANIFEST_SCRIPT.read_text(), capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise HostError(f"host {host.name}: the ABI manifest did not finish within {timeout_s:.0f}s") from None
+    if proc.returncode == 255:
+        raise HostError(f"host {host.name} ({host.address}) is unreachable over SSH: {proc.stderr.strip() or 'no message'}")
+    if proc.returncode not in (0, 1):
+        raise HostError(f"host {host.name}: the ABI manifest script exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
+    return _parse_output(proc.stdout, f"host {host.name}")
+
+
+def gate(manifest: Manifest, host_name: str) -> None:
+    """Raise CheckFailed (exit 1) with the reason when the env's manifest failed: deploy stops for that host."""
+    if not manifest.ok:
+        raise CheckFailed(f"host {host_name}: the env's ABI manifest failed — {manifest.summary()}")

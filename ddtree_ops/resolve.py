@@ -1,0 +1,491 @@
+"""Resolve host facts + engine settings into a CUDA lock for the sglang backend, or refuse with reasons.
+
+Pure: no network, no host access. The rules and versions come from `ddtree_ops/knowledge/*.yaml`
+(each fact sourced there); this module only applies them, in this order:
+
+1. the host can be reasoned about at all (NVML not in mismatch, a driver, a GPU, a supported CPU arch);
+2. the host's Python and glibc fit the release's wheels; there is disk for the env;
+3. every GPU's architecture is known, its driver branch is new enough for the hardware;
+4. a CUDA flavour of the release that can target every GPU and that the driver runs, natively
+   first, else through minor-version compatibility (with its limits stated);
+5. the attention backend asked for (if any) exists on every GPU; the FlashInfer sm_12x toolkit rule.
+
+The lock pins torch, the kernel wheels and FlashInfer with their indexes and the install order
+SGLang's own Dockerfile uses: torch first, then the kernel wheels with `--no-deps`, then SGLang and
+the engine under a frozen constraints file so nothing can move torch or the kernels.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+from . import knowledge
+from .exceptions import ConfigError
+from .probe import Gpu, HostFacts
+
+SHORT_HASH_LEN = 16
+SUPPORTED_MACHINES = ("x86_64", "aarch64")
+
+
+def vtuple(version: str | None) -> tuple[int, ...]:
+    """'575.57.08' -> (575, 57, 8); '' / None -> ()."""
+    parts = []
+    for piece in str(version or "").split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+@dataclass(frozen=True)
+class InstallStep:
+    """One `pip install` the builder runs, in order."""
+
+    description: str
+    requirements: tuple[str, ...]
+    index_url: str
+    extra_index_urls: tuple[str, ...] = ()
+    no_deps: bool = False
+    use_constraints: bool = False
+
+    def pip_args(self, constraints_path: str = "constraints.txt") -> list[str]:
+        args = ["install", "--index-url", self.index_url]
+        for url in self.extra_index_urls:
+            args += ["--extra-index-url", url]
+        if self.no_deps:
+            args.append("--no-deps")
+        if self.use_constraints:
+            args += ["-c", constraints_path]
+        return args + list(self.requirements)
+
+
+@dataclass(frozen=True)
+class CudaLock:
+    """Everything that decides what an sglang env contains; its hash names the env."""
+
+    backend: str
+    sglang_version: str
+    cuda_flavour: str  # "cu130"
+    cuda_version: str  # "13.0"
+    python_tag: str  # "cp312"
+    platform: str  # wheel platform tag of the host, e.g. "manylinux_2_34_x86_64"
+    pins: tuple[str, ...]  # "name==version", sorted: the frozen constraints file
+    steps: tuple[InstallStep, ...]
+    engine_source: str = ""
+    # Not part of the env's identity (two hosts with different GPUs can share an env):
+    driver_mode: str = field(default="native", compare=False)  # native | minor-version-compat
+    gpu_archs: tuple[str, ...] = field(default=(), compare=False)
+    attention_backend: str | None = field(default=None, compare=False)
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def hash(self) -> str:
+        """sha256 over the pins, the install steps (order, indexes, flags), python, platform, engine source."""
+        identity = {
+            "backend": self.backend,
+            "sglang": self.sglang_version,
+            "cuda_flavour": self.cuda_flavour,
+            "python": self.python_tag,
+            "platform": self.platform,
+            "pins": sorted(self.pins),
+            "steps": [asdict(s) for s in self.steps],
+            "engine_source": self.engine_source,
+        }
+        return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+    @property
+    def short_hash(self) -> str:
+        return self.hash[:SHORT_HASH_LEN]
+
+    def requirements_text(self) -> str:
+        """The frozen constraints file."""
+        return "".join(f"{pin}\n" for pin in sorted(self.pins))
+
+    def pin(self, name: str) -> str | None:
+        for line in self.pins:
+            pin_name, _, version = line.partition("==")
+            if pin_name == name:
+                return version
+        return None
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["pins"] = list(self.pins)
+        d["steps"] = [asdict(s) | {"pip_args": s.pip_args()} for s in self.steps]
+        d["hash"] = self.hash
+        d["short_hash"] = self.short_hash
+        return d
+
+
+@dataclass(frozen=True)
+class Reason:
+    code: str  # machine-readable: driver-too-old, nvml-mismatch, no-gpu, python-version, ...
+    message: str  # what is wrong and what would fix it
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why no lock can be made for a host, each reason with its fix."""
+
+    host: str
+    reasons: tuple[Reason, ...]
+
+    @property
+    def message(self) -> str:
+        return "; ".join(r.message for r in self.reasons)
+
+    @property
+    def codes(self) -> tuple[str, ...]:
+        return tuple(r.code for r in self.reasons)
+
+    def to_dict(self) -> dict:
+        return {"host": self.host, "refused": True, "reasons": [asdict(r) for r in self.reasons], "message": self.message}
+
+
+# --------------------------------------------------------------------------------------------- rules
+
+
+def release_data(version: str | None) -> tuple[str, dict]:
+    data = knowledge.releases()
+    version = version or data["default_release"]
+    releases = data["releases"]
+    if version not in releases:
+        raise ConfigError(
+            f"sglang {version} is not a release this ddtree-ops knows; supported: {', '.join(sorted(releases))} "
+            "(add it to ddtree_ops/knowledge/sglang_releases.yaml with its sources)"
+        )
+    return version, releases[version]
+
+
+def _gpu_label(gpu: Gpu, same: int) -> str:
+    more = f" (and {same - 1} more of the same model)" if same > 1 else ""
+    name = gpu.name.removeprefix("NVIDIA ").strip()
+    # Letters read with a leading vowel sound ("an RTX", "an H200", "an A100", "an L40S").
+    article = "an" if name[:1].upper() in "AEFHILMNORSX" else "a"
+    return f"GPU {gpu.index}{more} is {article} {name} ({gpu.sm})"
+
+
+def _distinct_gpus(gpus: tuple[Gpu, ...]) -> list[tuple[Gpu, int]]:
+    seen: dict[tuple[str, str], list[Gpu]] = {}
+    for gpu in gpus:
+        seen.setdefault((gpu.name, gpu.sm), []).append(gpu)
+    return [(group[0], len(group)) for group in seen.values()]
+
+
+def _arch_in_list(sm: str, archs: list[str]) -> bool:
+    # A cubin for sm_XY runs on sm_XZ, Z >= Y (same major); the PTX fallback is not counted (needs JIT).
+    number = int(sm.split("_")[1])
+    for arch in archs:
+        n = int(arch.split("_")[1].rstrip("af"))
+        if n == number or (n // 10 == number // 10 and n % 10 <= number % 10):
+            return True
+    return False
+
+
+def _flavour_driver_mode(flavour: dict, driver: str, cuda_rules: dict) -> str | None:
+    """'native', 'minor-version-compat', or None when the driver cannot run this flavour."""
+    cuda_version = flavour["cuda"]
+    full = cuda_rules["full_driver_for_cuda"].get(cuda_version)
+    if full and vtuple(driver) >= vtuple(full):
+        return "native"
+    compat = cuda_rules["minor_version_compat"].get(cuda_version.split(".")[0], {}).get("min_driver")
+    if compat and vtuple(driver) >= vtuple(compat):
+        return "minor-version-compat"
+    return None
+
+
+def requested_attention_backend(extra_args: list[str]) -> str | None:
+    """The value of `--attention-backend X` / `--attention-backend=X` in a service's extra args."""
+    for i, arg in enumerate(extra_args):
+        if arg == "--attention-backend" and i + 1 < len(extra_args):
+            return extra_args[i + 1]
+        if arg.startswith("--attention-backend="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def resolve(
+    facts: HostFacts,
+    host_name: str,
+    *,
+    release: str | None = None,
+    engine_source: str = "",
+    target_archs: tuple[str, ...] = (),
+    attention_backend: str | None = None,
+) -> CudaLock | Refusal:
+    """The lock for one host, or why there is none.
+
+    Args:
+        facts: the host's probe (live or recorded).
+        host_name: names the host in messages.
+        release: the SGLang release (default: the knowledge file's default_release).
+        engine_source: digest of the DDTree engine's sources (part of the env's identity).
+        target_archs: GPU architectures to plan for when the host shows none (image builds on a
+            machine without a GPU, with the driver given by DDTREE_DRIVER_VERSION).
+        attention_backend: the `--attention-backend` the services ask for, if any.
+    Returns:
+        CudaLock, or Refusal with every reason found (not only the first).
+    Raises:
+        ConfigError: an unknown release or architecture name in the arguments.
+    """
+    version, rel = release_data(release)
+    rules = knowledge.cuda()
+    reasons: list[Reason] = []
+    warnings: list[str] = []
+    fixes_release = _other_release_hint(version)
+
+    if facts.nvml_state == "mismatch":
+        loaded = f" (kernel module {facts.driver_version} is loaded)" if facts.driver_version else ""
+        return Refusal(
+            host_name,
+            (
+                Reason(
+                    "nvml-mismatch",
+                    f"host {host_name}: nvidia-smi reports 'Driver/library version mismatch'{loaded}: the driver was "
+                    "upgraded without a reboot and no GPU can be used until the loaded kernel module matches the "
+                    "user-space driver — reboot the host (or unload and reload the nvidia kernel modules), then probe again",
+                ),
+            ),
+        )
+    if facts.machine and facts.machine not in SUPPORTED_MACHINES:
+        reasons.append(Reason("machine", f"host {host_name} is {facts.machine}; SGLang's wheels exist for {' and '.join(SUPPORTED_MACHINES)} only"))
+
+    for arch in target_archs:
+        if arch not in rules["architectures"]:
+            raise ConfigError(f"--gpu-arch {arch}: unknown architecture; known: {', '.join(rules['architectures'])}")
+    gpus = facts.gpus
+    archs = tuple(sorted({g.sm for g in gpus})) or tuple(sorted(set(target_archs)))
+    driver = facts.driver_version
+
+    if not driver:
+        reasons.append(
+            Reason(
+                "no-driver",
+                f"host {host_name} has no NVIDIA driver loaded"
+                + (f" ({facts.nvml_message})" if facts.nvml_message else "")
+                + f": the sglang backend needs an NVIDIA GPU and driver — install the driver "
+                f"(>= {_min_driver_any_flavour(rel, rules)} for sglang {version}), or use engine.backend: reference",
+            )
+        )
+    elif not archs:
+        reasons.append(
+            Reason(
+                "no-gpu",
+                f"host {host_name} has driver {driver} but nvidia-smi lists no GPU"
+                + (f" ({facts.nvml_message})" if facts.nvml_message else "")
+                + ": check that the GPUs are visible (nvidia-smi, and that this driver supports them); to plan for a "
+                "host without its GPU, give the architecture (--gpu-arch sm_90)",
+            )
+        )
+
+    # Python, glibc, disk
+    py = vtuple(facts.python_version)[:2]
+    lo, hi = vtuple(rel["python"]["min"]), vtuple(rel["python"]["max"])
+    if not lo <= py <= hi:
+        reasons.append(
+            Reason(
+                "python-version",
+                f"sglang {version} needs Python {rel['python']['min']}–{rel['python']['max']}; host {host_name}'s python3 "
+                f"is {facts.python_version} — install a supported Python and set engine.install.python to it",
+            )
+        )
+    if facts.glibc and vtuple(facts.glibc) < vtuple(rel["glibc_min"]):
+        reasons.append(
+            Reason(
+                "glibc",
+                f"sglang {version}'s wheels need glibc >= {rel['glibc_min']}; host {host_name} has {facts.glibc} "
+                f"({facts.os_id} {facts.os_version}) — use a newer OS (Ubuntu 22.04+) or container mode",
+            )
+        )
+    need_disk = int(rules["min_free_bytes_sglang_env"])
+    if facts.disk_free_bytes is not None and facts.disk_free_bytes < need_disk:
+        reasons.append(
+            Reason(
+                "disk",
+                f"host {host_name} has {facts.disk_free_bytes / 2**30:.1f} GiB free under {facts.disk_path}; an sglang env "
+                f"needs about {need_disk / 2**30:.0f} GiB — free space there",
+            )
+        )
+
+    # GPU architectures against the hardware's driver branch and the CUDA that can target them
+    arch_rules = rules["architectures"]
+    unknown = [g for g in gpus if g.sm not in arch_rules]
+    for gpu, same in _distinct_gpus(tuple(unknown)):
+        reasons.append(Reason("unknown-arch", f"{_gpu_label(gpu, same)}, which ddtree-ops has no CUDA data for — add it to knowledge/cuda.yaml"))
+    need_cuda = max((vtuple(arch_rules[a]["min_cuda"]) for a in archs if a in arch_rules), default=())
+    if driver:
+        described = _distinct_gpus(tuple(g for g in gpus if g.sm in arch_rules)) or [
+            (Gpu(-1, "planned GPU", "", a, ""), 1) for a in archs if a in arch_rules
+        ]
+        for gpu, same in described:
+            need = arch_rules[gpu.sm]
+            if vtuple(driver) < vtuple(need["min_driver"]):
+                label = _gpu_label(gpu, same) if gpu.index >= 0 else f"the planned {gpu.sm} GPU"
+                reasons.append(
+                    Reason(
+                        "driver-too-old-for-gpu",
+                        f"{label}, which needs CUDA >= {need['min_cuda']} and a driver >= {need['min_driver']}; "
+                        f"host {host_name} has driver {driver} — upgrade the driver",
+                    )
+                )
+
+    # CUDA flavour
+    flavours = rel["flavours"]
+    chosen = None
+    if driver and archs and not any(r.code == "driver-too-old-for-gpu" for r in reasons):
+        native, compat, rejected = [], [], []
+        for name, flavour in flavours.items():
+            if need_cuda and vtuple(flavour["cuda"]) < need_cuda:
+                rejected.append(f"{name} cannot target {', '.join(archs)} (needs CUDA >= {'.'.join(map(str, need_cuda))})")
+                continue
+            missing = [a for a in archs if not _arch_in_list(a, flavour["torch_archs"])]
+            if missing:
+                rejected.append(f"torch {rel['torch']} for {name} has no machine code for {', '.join(missing)}")
+                continue
+            mode = _flavour_driver_mode(flavour, driver, rules)
+            if mode == "native":
+                native.append(name)
+            elif mode == "minor-version-compat":
+                compat.append(name)
+            else:
+                full = rules["full_driver_for_cuda"].get(flavour["cuda"], "?")
+                rejected.append(f"{name} (CUDA {flavour['cuda']}) needs a driver >= {full}")
+        shipped = " and ".join(flavours)
+        if native:
+            chosen, mode = native[0], "native"
+        elif compat:
+            chosen, mode = compat[0], "minor-version-compat"
+            major = flavours[chosen]["cuda"].split(".")[0]
+            warnings.append(
+                f"sglang {version} ships kernel wheels for {shipped} only; host {host_name}'s driver {driver} supports "
+                f"CUDA {major}.x only through minor-version compatibility — {chosen} is chosen, with PTX JIT unavailable "
+                f"(every kernel needs native code for {', '.join(archs)}); a driver >= "
+                f"{rules['full_driver_for_cuda'][flavours[chosen]['cuda']]} lifts this"
+            )
+        else:
+            reasons.append(
+                Reason(
+                    "driver-too-old",
+                    f"sglang {version} ships kernel wheels for {shipped} only: " + "; ".join(rejected)
+                    + f"; host {host_name} has driver {driver} — upgrade the driver"
+                    + (f", or use {fixes_release}" if fixes_release else ""),
+                )
+            )
+
+    # attention backend per architecture
+    backends = rules["attention_backends"]
+    if attention_backend:
+        for arch in archs:
+            supported = backends.get(arch, {}).get("supported", [])
+            if attention_backend not in supported:
+                extra = " (FA3 covers sm_80–sm_90 only)" if attention_backend == "fa3" else ""
+                reasons.append(
+                    Reason(
+                        "attention-backend",
+                        f"--attention-backend {attention_backend} does not run on {arch}{extra}; on this host use one of "
+                        f"{', '.join(supported)}",
+                    )
+                )
+    chosen_backend = attention_backend or (backends.get(archs[0], {}).get("default") if len(set(archs)) == 1 else "triton")
+
+    # FlashInfer on sm_12x compiles missing kernels with the host's toolkit, which must be >= 12.9
+    jit_rule = rules["flashinfer_jit_toolkit"]
+    jit_archs = [a for a in archs if a in jit_rule["archs"]]
+    if jit_archs and (facts.cuda_toolkit is None or vtuple(facts.cuda_toolkit) < vtuple(jit_rule["min_toolkit"])):
+        have = f"nvcc {facts.cuda_toolkit}" if facts.cuda_toolkit else "no CUDA toolkit"
+        jit_cache = rel["flashinfer"].get("jit_cache")
+        warnings.append(
+            f"{', '.join(jit_archs)}: FlashInfer JIT-compiles kernels that are not precompiled at first use and needs a CUDA "
+            f">= {jit_rule['min_toolkit']} toolkit for sm_12x; host {host_name} has {have} — "
+            + (f"the lock installs flashinfer-jit-cache {jit_cache} to avoid most JIT; " if jit_cache else "")
+            + f"install a CUDA >= {jit_rule['min_toolkit']} toolkit (and set CUDA_HOME) for the rest"
+        )
+
+    if reasons or chosen is None:
+        if not reasons:  # cannot happen with the checks above; keeps the type honest
+            reasons.append(Reason("unresolvable", f"host {host_name}: no CUDA flavour of sglang {version} fits"))
+        return Refusal(host_name, tuple(reasons))
+
+    return _build_lock(version, rel, chosen, mode, facts, archs, chosen_backend, tuple(warnings), engine_source)
+
+
+def _other_release_hint(version: str) -> str | None:
+    others = [v for v in knowledge.releases()["releases"] if v != version]
+    if not others:
+        return None
+    other = others[0]
+    flavours = " / ".join(knowledge.releases()["releases"][other]["flavours"])
+    return f"sglang {other} ({flavours}) by setting engine.sglang_version: \"{other}\""
+
+
+def _min_driver_any_flavour(rel: dict, rules: dict) -> str:
+    drivers = [rules["minor_version_compat"][f["cuda"].split(".")[0]]["min_driver"] for f in rel["flavours"].values()]
+    return min(drivers, key=vtuple)
+
+
+def _platform(rel: dict, machine: str) -> str:
+    glibc = rel["glibc_min"].replace(".", "_")
+    return f"manylinux_{glibc}_{machine or 'x86_64'}"
+
+
+def _build_lock(version, rel, flavour_name, mode, facts, archs, backend, warnings, engine_source) -> CudaLock:
+    flavour = rel["flavours"][flavour_name]
+    torch_local = flavour.get("torch_local", "")
+    kernel_local = flavour.get("kernel_local", "")
+    fi = rel["flashinfer"]
+    torch_pins = [
+        f"torch=={rel['torch']}{torch_local}",
+        f"torchvision=={rel['torchvision']}{torch_local}",
+        f"torchaudio=={rel['torchaudio']}{torch_local}",
+    ]
+    kernel_pin = f"{rel['kernel']['name']}=={rel['kernel']['version']}{kernel_local}"
+    fi_pins = [f"flashinfer-python=={fi['python']}"]
+    if fi.get("cubin"):
+        fi_pins.append(f"flashinfer-cubin=={fi['cubin']}")
+    jit_pins = []
+    if fi.get("jit_cache") and flavour.get("flashinfer_jit_cache_index"):
+        jit_pins.append(f"flashinfer-jit-cache=={fi['jit_cache']}+{flavour_name}")
+    extra = [f"{name}=={v}" for name, v in sorted(rel.get("extra_pins", {}).items())]
+    steps = [
+        InstallStep("torch first, from the flavour's torch index", tuple(torch_pins), flavour["torch_index"]),
+        InstallStep(
+            "kernel wheels without their dependencies (they must not move torch)",
+            (kernel_pin, *fi_pins),
+            flavour["kernel_index"],
+            extra_index_urls=("https://pypi.org/simple",) if flavour["kernel_index"] != "https://pypi.org/simple" else (),
+            no_deps=True,
+        ),
+    ]
+    if jit_pins:
+        steps.append(
+            InstallStep("FlashInfer's precompiled kernels for this CUDA", tuple(jit_pins), flavour["flashinfer_jit_cache_index"], no_deps=True)
+        )
+    steps.append(
+        InstallStep(
+            "sglang and the engine under the frozen constraints",
+            (f"sglang=={version}", *extra),
+            "https://pypi.org/simple",
+            extra_index_urls=(flavour["torch_index"],) if flavour["torch_index"] != "https://pypi.org/simple" else (),
+            use_constraints=True,
+        )
+    )
+    pins = tuple(sorted(torch_pins + [kernel_pin] + fi_pins + jit_pins + extra + [f"sglang=={version}"]))
+    major, minor = facts.python_version.split(".")[:2]
+    return CudaLock(
+        backend="sglang",
+        sglang_version=version,
+        cuda_flavour=flavour_name,
+        cuda_version=flavour["cuda"],
+        python_tag=f"cp{major}{minor}",
+        platform=_platform(rel, facts.machine),
+        pins=pins,
+        steps=tuple(steps),
+        engine_source=engine_source,
+        driver_mode=mode,
+        gpu_archs=archs,
+        attention_backend=backend,
+        warnings=warnings,
+    )

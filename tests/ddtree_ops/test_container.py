@@ -1,0 +1,128 @@
+"""Container mode: the Dockerfile rendered from a lock, and (lab) a real CPU image built from the lab's lock."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ddtree_ops import container, probe
+from ddtree_ops.exceptions import ConfigError
+from ddtree_ops.resolve import CudaLock, resolve
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
+
+
+def cuda_lock(name: str, **kw) -> CudaLock:
+    lock = resolve(probe.load_facts(FIXTURES / f"{name}-probe.json"), name, **kw)
+    assert isinstance(lock, CudaLock), lock
+    return lock
+
+
+def test_cu130_lock_renders_from_nvidia_cuda_with_the_lock_steps_in_order(tmp_path):
+    lock = cuda_lock("h200")
+    wheel = tmp_path / "ddtree_engine-0.1.0-py3-none-any.whl"
+    wheel.write_bytes(b"")
+    ctx = container.render_dockerfile(lock, engine_wheel=wheel)
+    text = ctx.dockerfile
+    assert text.splitlines()[1] == "FROM nvidia/cuda:13.0.1-runtime-ubuntu24.04"
+    assert "assert 'cp' + v == 'cp312'" in text
+    runs = [l for l in text.splitlines() if l.startswith(f"RUN {container.ENV_DIR}/bin/pip ")]
+    assert "torch==2.14.1" in runs[0] and "--no-deps" not in runs[0]
+    assert "--no-deps" in runs[1] and "sglang-kernel==0.4.10" in runs[1]
+    assert f"-c {container.ENV_DIR}/constraints.txt" in runs[-2] and "sglang==0.5.23" in runs[-2]
+    assert runs[-1].endswith(f"--no-deps /tmp/{wheel.name} && rm /tmp/{wheel.name}")
+    assert f'ddtree.lock="{lock.hash}"' in text
+    assert set(ctx.files) == {"abi_manifest.py", wheel.name, "constraints.txt"}
+    assert "torch==2.14.1\n" in ctx.files["constraints.txt"].read_text()
+    assert container.image_tag(lock) == f"ddtree-engine:{lock.short_hash}"
+
+
+def test_cu129_lock_uses_the_ubuntu_22_04_image_whose_python_matches():
+    lock = cuda_lock("a100-535", release="0.5.6")  # Python 3.10 host
+    text = container.render_dockerfile(lock, engine_wheel=Path("ddtree_engine-0.1.0-py3-none-any.whl")).dockerfile
+    assert "FROM nvidia/cuda:12.9.1-runtime-ubuntu22.04" in text and "torch==2.9.1+cu129" in text
+
+
+def test_python_of_the_base_image_must_match_the_lock():
+    lock = dataclasses.replace(cuda_lock("h200"), python_tag="cp311")
+    with pytest.raises(ConfigError, match="has Python cp312, the lock is for cp311"):
+        container.render_dockerfile(lock, engine_wheel=Path("e.whl"))
+
+
+def test_wheelhouse_build_is_offline(tmp_path):
+    tar = tmp_path / "wheelhouse.tar"
+    tar.write_bytes(b"")
+    text = container.render_dockerfile(cuda_lock("h200"), wheelhouse_tar=tar).dockerfile
+    assert "pip install --no-index --find-links /tmp/wheelhouse -r /tmp/wheelhouse/requirements.txt" in text
+    assert "download.pytorch.org" not in text and "--index-url" not in text
+
+
+def test_docker_run_argv_pins_gpus_by_uuid_and_mounts_models_read_only():
+    argv = container.docker_run_argv(
+        "ddtree-engine:abc", "ddtree-tree", ["--port", "30001"], ["GPU-a", "GPU-b"], "/etc/ddtree/tree.env", ["/models/q"]
+    )
+    assert argv[:8] == ["docker", "run", "--rm", "--name", "ddtree-tree", "--network", "host", "--init"]
+    assert argv[argv.index("--gpus") + 1] == '"device=GPU-a,GPU-b"'
+    assert argv[argv.index("--env-file") + 1] == "/etc/ddtree/tree.env" and "/models/q:/models/q:ro" in argv
+    assert argv[-4:] == ["ddtree-engine:abc", "serve", "--port", "30001"]
+    assert "--gpus" not in container.docker_run_argv("t", "n", [])
+
+
+@pytest.mark.lab
+@pytest.mark.slow
+def test_cpu_flavour_builds_a_real_image_from_the_lab_lock():
+    from ddtree_ops.config import Project
+    from ddtree_ops.lab.image import ensure_image
+    from ddtree_ops.lock import resolve_lock
+    from ddtree_ops.wheelhouse import ensure_wheelhouse
+
+    project = Project.model_validate(
+        {
+            "hosts": [{"name": "lab-1", "address": "127.0.0.1"}],
+            "engine": {"backend": "reference", "target": "lab", "draft": "lab", "install": {"mode": "container"}},
+            "services": [{"name": "baseline", "algorithm": "dflash", "port": 30000}],
+        }
+    )
+    ensure_image()  # the CPU flavour starts from the lab's image (no registry needed)
+    lock = resolve_lock(project, project.hosts[0], {"python_version": "3.11.2", "architecture": "x86_64"})
+    ctx = container.render_dockerfile(lock, wheelhouse_tar=ensure_wheelhouse(lock))
+    lines: list[str] = []
+    tag = container.build_image(lock, ctx, on_progress=lines.append)
+    assert tag == f"ddtree-engine:{lock.short_hash}" and any("Step" in l for l in lines)
+    # The image's env runs the engine, and the manifest made at build time passed.
+    out = subprocess.run(["docker", "run", "--rm", tag, "serve", "--help"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "--port" in out.stdout, out.stderr
+    manifest = subprocess.run(
+        ["docker", "run", "--rm", "--entrypoint", "cat", tag, f"{container.ENV_DIR}/abi-manifest.json"], capture_output=True, text=True, timeout=120
+    )
+    assert '"ok": true' in manifest.stdout
+    # The service runs from the image the way a unit's ExecStart runs it, and answers /health.
+    import httpx
+    import time
+
+    name = f"ddtree-image-test-{lock.short_hash}"
+    port = 38123
+    argv = container.docker_run_argv(tag, name, ["--target", "lab", "--draft", "lab", "--host", "127.0.0.1", "--port", str(port)])
+    server = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        status = None
+        while time.monotonic() < deadline and server.poll() is None:
+            try:
+                status = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code
+            except httpx.HTTPError:
+                status = None
+            if status == 200:
+                break
+            time.sleep(1)
+        assert status == 200, server.stdout.read() if server.poll() is not None else "no /health 200 within 240 s"
+        reply = httpx.post(
+            f"http://127.0.0.1:{port}/v1/completions", json={"model": "lab", "prompt": "2+2=", "max_tokens": 4, "temperature": 0}, timeout=60
+        )
+        assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] >= 1
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+        server.wait(timeout=60)
