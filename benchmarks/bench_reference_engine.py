@@ -98,6 +98,7 @@ def run_model(name: str, target: str, draft: str, prompts, max_new_tokens: int, 
         r["step_ratio_vs_dflash"] = r["tokens_per_step"] / base["tokens_per_step"]
         r["speed_ratio_vs_dflash"] = r["tokens_per_s"] / base["tokens_per_s"]
         r["identical_to_ar"] = r["outputs"] == ar["outputs"]
+    for r in rows:
         del r["outputs"]
     return rows
 

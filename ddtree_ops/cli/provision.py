@@ -9,13 +9,22 @@ from rich.table import Table
 from .. import provision as provisioning
 from . import cli
 from .common import emit_json, json_option, project_from
+from .plan import handle_plan, plan_options
 
 
 @cli.command()
 @click.argument("host_names", metavar="[HOST]...", nargs=-1)
+@plan_options
 @json_option
 @click.pass_context
-def provision(ctx: click.Context, host_names: tuple[str, ...], json_: bool) -> None:
+def provision(
+    ctx: click.Context,
+    host_names: tuple[str, ...],
+    plan: bool,
+    facts_file: str | None,
+    gpu_archs: tuple[str, ...],
+    json_: bool,
+) -> None:
     """Build /opt/ddtree/envs/<lock-hash> on each host (all hosts when none are named).
 
     The wheelhouse is built on this machine, so hosts need no network. A host whose
@@ -23,6 +32,8 @@ def provision(ctx: click.Context, host_names: tuple[str, ...], json_: bool) -> N
     """
     project = project_from(ctx)
     hosts = project.select_hosts(host_names)  # unknown names: ConfigError (exit 2) before any host is touched
+    if handle_plan(ctx, project, hosts, plan, facts_file, gpu_archs, json_):
+        return
     provisioning.check_supported(project)
     report = provisioning.provision(project, hosts)
     if json_:
