@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from .cli_options import spec_from_options, spec_options
 from .errors import EngineError
 
 
@@ -25,51 +26,6 @@ class EngineGroup(click.Group):
 @click.version_option(package_name="ddtree-engine")
 def cli() -> None:
     """DDTree speculative decoding engine (reference backend on Hugging Face transformers)."""
-
-
-def spec_options(f):
-    """Options shared by `generate` and `serve`."""
-    options = [
-        click.option("--target", required=True, help="Target model directory, or 'lab'."),
-        click.option("--draft", default=None, help="DFlash drafter directory, or 'lab' (not needed for ar)."),
-        click.option("--algorithm", type=click.Choice(["ar", "dflash", "ddtree"]), default="ddtree", show_default=True),
-        click.option("--budget", type=int, default=15, show_default=True, help="Drafted tree nodes (verify width - 1)."),
-        click.option("--topk", type=int, default=8, show_default=True, help="Candidates per depth."),
-        click.option("--spine-depth", type=int, default=0, show_default=True, help="Reserve the top-1 chain to this depth."),
-        click.option(
-            "--hybrid-mode", type=click.Choice(["safe", "spine", "unsafe"]), default="safe", show_default=True,
-            help="Recurrent-state handling on hybrid (Gated-DeltaNet) targets.",
-        ),
-        click.option("--allow-hybrid-unsafe", is_flag=True, help="Permit --hybrid-mode unsafe (diagnosis only)."),
-        click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N."),
-        click.option(
-            "--dtype", type=click.Choice(["auto", "float32", "float64", "bfloat16", "float16"]), default="auto",
-            show_default=True,
-        ),
-    ]
-    for option in reversed(options):
-        f = option(f)
-    return f
-
-
-def build_spec(algorithm, budget, topk, spine_depth, hybrid_mode, allow_hybrid_unsafe):
-    from .reference.types import SpeculativeConfig
-
-    if budget < 0:
-        raise click.BadParameter(f"must be >= 0 (drafted nodes), got {budget}", param_hint="--budget")
-    if topk < 1:
-        raise click.BadParameter(f"must be >= 1, got {topk}", param_hint="--topk")
-    if spine_depth < 0:
-        raise click.BadParameter(f"must be >= 0, got {spine_depth}", param_hint="--spine-depth")
-    if hybrid_mode == "unsafe" and not allow_hybrid_unsafe:
-        raise click.UsageError(
-            "--hybrid-mode unsafe reproduces sibling state leakage and corrupts output on hybrid models; "
-            "add --allow-hybrid-unsafe if you really want it (diagnosis only)"
-        )
-    return SpeculativeConfig(
-        algorithm=algorithm, budget=budget, topk=topk, spine_depth=spine_depth,
-        hybrid_mode=hybrid_mode, allow_hybrid_unsafe=allow_hybrid_unsafe,
-    )
 
 
 @cli.command("make-tiny-pair")
@@ -119,9 +75,7 @@ def generate(target, draft, algorithm, budget, topk, spine_depth, hybrid_mode, a
     if temperature < 0:
         raise click.BadParameter(f"must be >= 0, got {temperature}", param_hint="--temperature")
     ids = parse_prompt_ids(prompt_ids) if prompt_ids is not None else None
-    spec = build_spec(algorithm, budget, topk, spine_depth, hybrid_mode, allow_hybrid_unsafe)
-    if spec.algorithm != "ar" and draft is None:
-        raise click.UsageError(f"--algorithm {algorithm} needs --draft DIR (or 'lab')")
+    spec = spec_from_options(algorithm, budget, topk, spine_depth, hybrid_mode, allow_hybrid_unsafe, draft)
     engine = load_engine(target, draft, spec, device=device, dtype=dtype)
     if ids is None:
         if chat:

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
 import socket
 import sys
 
 import click
 
-from ..reference.types import ALGORITHMS, HYBRID_MODES, SpeculativeConfig
+from ..cli_options import spec_from_options, spec_options
 from .app import ServerSettings, create_app, served_model_name_for
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
-DTYPES = ("auto", "float32", "float64", "bfloat16", "float16")
 
 
 class PortInUse(click.UsageError):
@@ -45,50 +43,8 @@ def bind_listen_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _model_location(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value is not None and value != "lab" and not os.path.isdir(value):
-        raise click.BadParameter(f"{value!r} is not a directory; pass an HF model directory or 'lab'")
-    return value
-
-
-def _check_spec(spec: SpeculativeConfig, has_drafter: bool) -> None:
-    """The engine's own checks, run before the port is taken (they need no model)."""
-    from ..errors import BadInputError
-    from ..reference.generate import validate_spec
-
-    try:
-        validate_spec(spec, drafter=object() if has_drafter else None)
-    except BadInputError as exc:
-        raise click.UsageError(str(exc)) from exc
-
-
 @click.command()
-@click.option("--target", required=True, callback=_model_location, help="Target model: HF directory or 'lab'.")
-@click.option(
-    "--draft", default=None, callback=_model_location, help="DFlash drafter: HF directory or 'lab' (not needed for ar)."
-)
-@click.option("--algorithm", type=click.Choice(ALGORITHMS), default="ddtree", show_default=True)
-@click.option(
-    "--budget",
-    type=click.IntRange(min=0),
-    default=15,
-    show_default=True,
-    help="Drafted tree nodes per verify (ddtree).",
-)
-@click.option("--topk", type=click.IntRange(min=1), default=8, show_default=True, help="Candidates per depth (ddtree).")
-@click.option(
-    "--spine-depth",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Top-1 chain reserved first (ddtree).",
-)
-@click.option("--hybrid-mode", type=click.Choice(HYBRID_MODES), default="safe", show_default=True)
-@click.option(
-    "--allow-hybrid-unsafe", is_flag=True, help="Permit --hybrid-mode unsafe (diagnosis only: it leaks state)."
-)
-@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
-@click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True)
+@spec_options
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(1, 65535), default=30000, show_default=True)
 @click.option(
@@ -137,17 +93,7 @@ def serve(
     """Serve the reference engine over an OpenAI-compatible HTTP API."""
     import uvicorn
 
-    if algorithm != "ar" and draft is None:
-        raise click.UsageError(f"--algorithm {algorithm} needs --draft DIR (or 'lab')")
-    spec = SpeculativeConfig(
-        algorithm=algorithm,  # type: ignore[arg-type]
-        budget=budget,
-        topk=topk,
-        spine_depth=spine_depth,
-        hybrid_mode=hybrid_mode,  # type: ignore[arg-type]
-        allow_hybrid_unsafe=allow_hybrid_unsafe,
-    )
-    _check_spec(spec, has_drafter=draft is not None)
+    spec = spec_from_options(algorithm, budget, topk, spine_depth, hybrid_mode, allow_hybrid_unsafe, draft)
     sock = bind_listen_socket(host, port)
     logging.basicConfig(
         level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
