@@ -128,7 +128,10 @@ def load_drafter(name_or_path: str, target_model, device: torch.device, dtype: t
     for f in files:
         state.update(load_file(str(f)))
     state = {k.removeprefix("model."): v for k, v in state.items() if "rotary_emb" not in k}
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as err:  # shape mismatches
+        raise ModelLoadError(f"draft weights in {path} do not fit its config.json: {str(err).splitlines()[-1].strip()}") from None
     if missing or unexpected:
         raise ModelLoadError(
             f"draft weights in {path} do not fit a DFlash drafter of this config: "

@@ -143,7 +143,7 @@ class TargetRunner:
         cos, sin = self.body.rotary_emb(h, positions.unsqueeze(0))
         window_index = None
         pending: list[PendingLayer] = []
-        captured: list[torch.Tensor] = []
+        captured: dict[int, torch.Tensor] = {}
         capture = set(capture_layers)
         for i, (layer, kind) in enumerate(zip(self.body.layers, self.layer_types)):
             residual = h
@@ -162,9 +162,9 @@ class TargetRunner:
                 mlp_out = mlp_out[0]
             h = residual + mlp_out
             if i in capture:
-                captured.append(h[0])
+                captured[i] = h[0]
         logits = self.model.lm_head(self.body.norm(h))[0].float()
-        features = torch.cat([captured[sorted(capture).index(i)] for i in capture_layers], dim=-1) if capture_layers else None
+        features = torch.cat([captured[i] for i in capture_layers], dim=-1) if capture_layers else None
         return ForwardOutput(logits=logits, features=features, pending=pending, num_nodes=n, linear=linear)
 
     def _attention(self, attn, x, layer_cache: LayerCache, cos, sin, mask):
