@@ -5,6 +5,8 @@ exit 2, before any host is touched) and decides which services go to which hosts
 `execute_deploy` then runs `ansible/deploy.yml` for one host, waits on the control node for
 every service's `/health` and checks `/server_info`, and only then moves to the next host.
 A host whose gate fails is rolled back (`ansible/rollback.yml`) and the rollout stops there.
+Before a host is touched, the ABI manifest stored beside its engine environment must say the env
+passed (`env_gate`); otherwise the rollout stops at that host with the failed checks.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ Progress = Callable[[str], None]
 # 5 restarts"), or None while it is still starting, running or about to restart.
 UnitProbe = Callable[["ServicePlan"], "str | None"]
 UNIT_PROBE_INTERVAL_S = 5.0
+# Returns why a host must not be deployed to (its env failed or lacks its ABI manifest), or None.
+EnvGate = Callable[[str], "str | None"]
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,7 @@ class ServiceOutcome:
 @dataclass
 class HostDeployOutcome:
     host: str
-    status: str  # deployed | rolled back | failed | skipped
+    status: str  # deployed | rolled back | failed | refused (env failed its manifest) | skipped
     changed: int | None = None  # Ansible tasks changed on the host by the deploy playbook
     services: list[ServiceOutcome] = field(default_factory=list)
     error: str | None = None
@@ -355,6 +359,19 @@ def systemd_unit_probe(project: Project) -> UnitProbe:
     return probe
 
 
+def stored_manifest_gate(project: Project) -> EnvGate:
+    """An EnvGate that reads the manifest provision stored beside each host's env (read-only, over SSH)."""
+    from .manifest import read_env_verdict
+
+    def gate(host_name: str) -> str | None:
+        try:
+            return read_env_verdict(project.host(host_name)).refusal()
+        except HostError as err:
+            return f"host {host_name!r}: cannot read its engine environment's ABI manifest: {err}"
+
+    return gate
+
+
 def _default_runner():
     from .ansible import run_playbook
 
@@ -397,6 +414,7 @@ def execute_deploy(
     log_dir: str | Path | None = None,
     run_playbook: Callable[..., Any] | None = None,
     unit_probe: UnitProbe | None = None,
+    env_gate: EnvGate | None = None,
 ) -> DeployReport:
     """Roll `plan` out one host at a time behind the health gate.
 
@@ -408,6 +426,8 @@ def execute_deploy(
         run_playbook: the Ansible seam (default `ddtree_ops.ansible.run_playbook`).
         unit_probe: ends a host's wait early when systemd gave up on a unit
             (`systemd_unit_probe(project)`); None = wait for /health alone.
+        env_gate: asked before each host is touched (`stored_manifest_gate(project)`); a refusal
+            stops the rollout there, with that host unchanged. None = no check.
 
     Returns a DeployReport; `ok` is False when a host failed (it was rolled back, and later
     hosts were not touched) and `failure` says which host and service, why, and the journal tail.
@@ -420,6 +440,18 @@ def execute_deploy(
 
     for index, host_plan in enumerate(plan.hosts):
         host = host_plan.host
+        refusal = env_gate(host) if env_gate is not None else None
+        if refusal:
+            say(f"{host}: refused: its engine environment did not pass its ABI manifest")
+            report.ok = False
+            report.hosts.append(_refused_outcome(host_plan, refusal))
+            skipped = plan.hosts[index + 1 :]
+            report.hosts += [_skipped_outcome(later) for later in skipped]
+            lines = [f"deploy stopped at host {host!r}, which was not changed:", refusal]
+            if skipped:
+                lines.append(f"rollout stopped: host(s) {', '.join(h.host for h in skipped)} were not touched")
+            report.failure = "\n".join(lines)
+            break
         with tempfile.TemporaryDirectory(prefix=f"ddtree-deploy-{host}-") as tmp:
             report_dir = Path(tmp)
             extravars = {
@@ -494,6 +526,24 @@ def execute_deploy(
             report.failure = _failure_message(host, failed, journals, playbook_error, rollback_note, skipped)
             break
     return report
+
+
+def _refused_outcome(host_plan: HostPlan, refusal: str) -> HostDeployOutcome:
+    return HostDeployOutcome(
+        host=host_plan.host,
+        status="refused",
+        error=refusal,
+        services=[
+            ServiceOutcome(
+                host=host_plan.host,
+                service=s.service,
+                port=s.port,
+                status="not deployed",
+                detail="its engine environment failed or lacks its ABI manifest",
+            )
+            for s in host_plan.services
+        ],
+    )
 
 
 def _skipped_outcome(host_plan: HostPlan) -> HostDeployOutcome:

@@ -211,13 +211,10 @@ def resolve_for_doctor(project: Project, host: Host, facts: HostFacts):
 
 
 def lock_pins(lock) -> dict[str, str]:
-    lines = getattr(lock, "pins", None) or getattr(lock, "requirements", ())
-    pins = {}
-    for line in lines:
-        name, sep, version = line.partition("==")
-        if sep:
-            pins[name.strip()] = version.strip()
-    return pins
+    """Pins of a reference Lock (`requirements`) or a CudaLock (`pins`)."""
+    from .manifest import lock_pins as pins_of
+
+    return pins_of(getattr(lock, "pins", None) or getattr(lock, "requirements", ()))
 
 
 def manifest_check(host: Host, env: str, backend: str, lock) -> Check:

@@ -1,8 +1,8 @@
 """`healthcheck`: is every deployed service up, configured as deployed, and able to generate?
 
-Per host and service, in parallel: the systemd unit (state and restart count, over SSH), `/health`,
-`/server_info` against what was deployed, a short greedy generation, and the acceptance gauge
-from `/metrics`. Every problem is collected (not raised) so one report shows all of them.
+Per host and service, in parallel: the systemd unit (state and restart count, over SSH), the ABI
+manifest stored beside the host's engine environment, `/health`, `/server_info` against what was
+deployed, a short greedy generation, and the acceptance gauge from `/metrics`. Every problem is collected (not raised) so one report shows all of them.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import httpx
 
 from .config import Host, Project, Service
 from .exceptions import ConfigError, HostError
+from .manifest import EnvVerdict, env_of_state, read_env_verdict
 from .metrics_text import GENERATION_TOKENS, SPEC_ACCEPT_LENGTH, MetricsParseError
 from .remote import STATE_PATH, HostFacts, ServiceClient, UnitState, query_host, service_url, unit_name
 
@@ -30,6 +31,7 @@ class ServiceHealth:
     service: str
     url: str
     unit: UnitState | None = None  # None when the systemd check was skipped or SSH failed
+    manifest: EnvVerdict | None = None  # the host env's stored ABI manifest (None: not read)
     health_status: int | None = None
     info: dict[str, Any] | None = None
     expected_info: dict[str, Any] = field(default_factory=dict)
@@ -46,6 +48,7 @@ class ServiceHealth:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d["manifest"] = self.manifest.to_dict() if self.manifest else None
         d["ok"] = self.ok
         return d
 
@@ -63,10 +66,15 @@ class HealthReport:
         """One line per failed check: `host/service: check: problem`."""
         return [f"{r.host}/{r.service}: {f}" for r in self.results for f in r.failures]
 
+    def manifests(self) -> dict[str, EnvVerdict]:
+        """host -> its env's manifest verdict (hosts whose manifest was read)."""
+        return {r.host: r.manifest for r in self.results if r.manifest is not None}
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
             "systemd_checked": self.systemd_checked,
+            "manifests": {host: verdict.to_dict() for host, verdict in self.manifests().items()},
             "services": [r.to_dict() for r in self.results],
             "failures": self.failures(),
         }
@@ -214,6 +222,19 @@ def _generation_failures(generation: dict[str, Any] | None) -> tuple[str | None,
     return text, tokens, []
 
 
+def manifest_findings(verdict: EnvVerdict) -> tuple[list[str], list[str]]:
+    """(failures, warnings) for the host env's stored ABI manifest.
+
+    A failed manifest is a failure (the next restart may not come up); a missing one a warning,
+    since envs provisioned before manifests existed still run.
+    """
+    if verdict.status == "failed":
+        return [f"manifest: {verdict.env} failed its ABI manifest: " + "; ".join(verdict.manifest.failure_lines())], []
+    if verdict.status in ("missing", "invalid"):
+        return [], [f"manifest: {verdict.problem}: run `ddtree-ops provision {verdict.host}` to verify the environment"]
+    return [], []
+
+
 def evaluate(
     host: Host,
     service: Service,
@@ -221,11 +242,17 @@ def evaluate(
     http: HttpFacts,
     host_facts: HostFacts | None,
     host_error: str | None,
+    manifest: EnvVerdict | None = None,
 ) -> ServiceHealth:
     """Judge one service from what was gathered (pure: no I/O)."""
     result = ServiceHealth(host=host.name, service=service.name, url=service_url(host, service))
     if host_error:
         result.failures.append(f"ssh: {host_error}")
+    if manifest is not None:
+        result.manifest = manifest
+        fails, warns = manifest_findings(manifest)
+        result.failures += fails
+        result.warnings += warns
     deployed: dict[str, Any] = {}
     if host_facts is not None:
         result.unit = host_facts.units.get(service.name)
@@ -289,10 +316,14 @@ def run_healthcheck(
         raise ConfigError("no service runs on the selected hosts: check --hosts/--services against the project file")
     say = on_progress or (lambda _msg: None)
 
-    def host_task(host: Host) -> HostFacts:
+    def host_task(host: Host) -> tuple[HostFacts, EnvVerdict]:
         names = [s.name for h, s in pairs if h.name == host.name]
         say(f"{host.name}: querying {', '.join(unit_name(n) for n in names)} over SSH")
-        return query_host(host, names, timeout_s=timeout_s)
+        facts = query_host(host, names, timeout_s=timeout_s)
+        env = env_of_state(facts.state)
+        if env is None:
+            return facts, EnvVerdict(host.name, None, "missing", problem=f"no env recorded in {STATE_PATH}")
+        return facts, read_env_verdict(host, env, timeout_s=timeout_s)
 
     def http_task(host: Host, service: Service) -> HttpFacts:
         say(f"{host.name}/{service.name}: checking {service_url(host, service)}")
@@ -303,14 +334,14 @@ def run_healthcheck(
         if check_systemd:
             host_futures = {h.name: pool.submit(host_task, h) for h in {h.name: h for h, _ in pairs}.values()}
         http_futures = [pool.submit(http_task, h, s) for h, s in pairs]
-        facts: dict[str, tuple[HostFacts | None, str | None]] = {}
+        facts: dict[str, tuple[HostFacts | None, EnvVerdict | None, str | None]] = {}
         for name, fut in host_futures.items():
             try:
-                facts[name] = (fut.result(), None)
+                facts[name] = (*fut.result(), None)
             except HostError as err:
-                facts[name] = (None, str(err))
+                facts[name] = (None, None, str(err))
         results = []
         for (host, service), fut in zip(pairs, http_futures):
-            host_facts, host_error = facts.get(host.name, (None, None))
-            results.append(evaluate(host, service, project, fut.result(), host_facts, host_error))
+            host_facts, verdict, host_error = facts.get(host.name, (None, None, None))
+            results.append(evaluate(host, service, project, fut.result(), host_facts, host_error, verdict))
     return HealthReport(results=results, systemd_checked=check_systemd)

@@ -20,8 +20,10 @@ MANIFEST_NAME = "abi-manifest.json"
 STATUSES = ("ok", "warn", "fail", "skip")
 SUPPORTED_FORMATS = (1,)
 # What must import in an env of each backend; anything else the script looks at is informative.
+# `ddtree_engine` alone imports nothing heavy: the reference engine and the server are what the
+# service loads, so they are what prove torch, transformers, safetensors and fastapi are usable.
 REQUIRED_MODULES = {
-    "reference": ("ddtree_engine",),
+    "reference": ("ddtree_engine", "ddtree_engine.reference.engine", "ddtree_engine.server.app"),
     "sglang": ("sgl_kernel", "flashinfer", "sglang", "ddtree_engine"),
 }
 
@@ -58,6 +60,10 @@ class Manifest:
         first = self.failures[0]
         more = f" (+{len(self.failures) - 1} more)" if len(self.failures) > 1 else ""
         return f"{first.name}: {first.failure_class or 'failed'}: {first.reason}{more}"
+
+    def failure_lines(self) -> list[str]:
+        """One `check — reason (class)` line per failed check."""
+        return [f"{c.name} — {c.reason}" + (f" ({c.failure_class})" if c.failure_class else "") for c in self.failures]
 
 
 def parse_manifest(doc: object, where: str = "manifest") -> Manifest:
@@ -172,3 +178,107 @@ def gate(manifest: Manifest, host_name: str) -> None:
     """Raise CheckFailed (exit 1) with the reason when the env's manifest failed: deploy stops for that host."""
     if not manifest.ok:
         raise CheckFailed(f"host {host_name}: the env's ABI manifest failed — {manifest.summary()}")
+
+
+# --- the manifest stored beside a host's env -----------------------------------------------------
+
+
+def lock_pins(requirements: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """{distribution: version} of a lock's `name==version` lines, for the script's drift check."""
+    pins = {}
+    for line in requirements:
+        name, sep, version = line.partition("==")
+        if sep:
+            pins[name.strip()] = version.strip()
+    return pins
+
+
+def stored_path(env: str) -> str:
+    return f"{env.rstrip('/')}/{MANIFEST_NAME}"
+
+
+@dataclass(frozen=True)
+class EnvVerdict:
+    """What the manifest stored beside a host's engine environment says about it."""
+
+    host: str
+    env: str | None
+    status: str  # ok | failed | missing (no env, or no manifest) | invalid (unreadable manifest)
+    manifest: Manifest | None = None
+    problem: str | None = None  # why there is no manifest to judge
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def short(self) -> str:
+        """One cell: `ok`, `failed: check, check`, `missing`, `invalid`."""
+        if self.status == "failed":
+            return "failed: " + ", ".join(c.name for c in self.manifest.failures)
+        return self.status
+
+    def refusal(self) -> str | None:
+        """Why nothing may be deployed on this host (None when the env passed its manifest)."""
+        fix = f"run `ddtree-ops provision {self.host}`"
+        if self.ok:
+            return None
+        if self.env is None:
+            return f"host {self.host!r} has no engine environment recorded in its state file: {fix}"
+        if self.status == "failed":
+            lines = [f"host {self.host!r}: the engine environment {self.env} failed its ABI manifest:"]
+            lines += [f"  {line}" for line in self.manifest.failure_lines()]
+            lines.append(f"  {fix} after fixing the environment (it re-verifies and stores the manifest)")
+            return "\n".join(lines)
+        if self.status == "invalid":
+            return f"host {self.host!r}: {self.problem}; {fix} to verify the environment again"
+        return f"host {self.host!r}: the engine environment {self.env} has no ABI manifest ({self.problem}): {fix} to verify it"
+
+    def to_dict(self) -> dict:
+        return {
+            "host": self.host,
+            "env": self.env,
+            "status": self.status,
+            "summary": self.manifest.summary() if self.manifest else self.problem,
+            "failures": self.manifest.failure_lines() if self.manifest else [],
+        }
+
+
+def env_of_state(state: object) -> str | None:
+    """The env path provision recorded in a host's state.json (parsed), or None."""
+    env = state.get("env") if isinstance(state, dict) else None
+    path = env.get("path") if isinstance(env, dict) else None
+    return path if isinstance(path, str) and path else None
+
+
+def verdict_from_text(host_name: str, env: str, text: str) -> EnvVerdict:
+    """Judge the stored manifest's text (empty = no file). Pure."""
+    path = stored_path(env)
+    if not text.strip():
+        return EnvVerdict(host_name, env, "missing", problem=f"no {path}")
+    try:
+        manifest = parse_manifest(json.loads(text), path)
+    except json.JSONDecodeError as err:
+        return EnvVerdict(host_name, env, "invalid", problem=f"{path} is not JSON ({err.msg})")
+    except ConfigError as err:
+        return EnvVerdict(host_name, env, "invalid", problem=str(err))
+    return EnvVerdict(host_name, env, "ok" if manifest.ok else "failed", manifest)
+
+
+def read_env_verdict(host: Host, env: str | None = None, timeout_s: float = 30.0) -> EnvVerdict:
+    """Read (never run) the manifest stored beside `env`, by default the env named in the host's state.json.
+
+    Raises:
+        HostError: the host did not answer over SSH.
+    """
+    from .remote import STATE_PATH, ssh_run
+
+    if env is None:
+        state_text = ssh_run(host, f"cat {STATE_PATH} 2>/dev/null || true", timeout_s)
+        try:
+            env = env_of_state(json.loads(state_text)) if state_text.strip() else None
+        except json.JSONDecodeError:
+            env = None
+        if env is None:
+            return EnvVerdict(host.name, None, "missing", problem=f"no env recorded in {STATE_PATH}")
+    text = ssh_run(host, f"cat {shlex.quote(stored_path(env))} 2>/dev/null || true", timeout_s)
+    return verdict_from_text(host.name, env, text)

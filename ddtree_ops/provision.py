@@ -1,11 +1,14 @@
 """`provision`: read each host's facts, resolve its lock, build the wheelhouse here, build the env there.
 
 The env `/opt/ddtree/envs/<lock short hash>` is immutable: a host whose env is already complete
-is left alone (Ansible reports changed=0 and the report says "up to date").
+is left alone (Ansible reports changed=0 and the report says "up to date"). Every run then verifies
+the env with the ABI manifest script and stores the result as `<env>/abi-manifest.json`, which
+`deploy` reads before it touches the host.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -13,10 +16,13 @@ from pathlib import Path
 
 from .ansible import run_playbook
 from .config import Host, Project
-from .exceptions import ConfigError
+from .exceptions import ConfigError, HostError
 from .lock import SGLANG_NOT_YET, Lock, resolve_lock
+from .manifest import Manifest, lock_pins, manifest_args, parse_manifest
+from .probe import MANIFEST_SCRIPT
 
 FACTS_TASK = "Read the host's Python, architecture and OS"
+MANIFEST_TASK = "Verify the environment's ABI and keep its manifest beside it"
 ENVS_DIR = "/opt/ddtree/envs"
 LAB_MODELS_IN_ENGINE = "src/ddtree_engine/lab_models"
 
@@ -30,9 +36,15 @@ class HostProvision:
     lock_hash: str
     python: str
     changed: int  # Ansible's changed count for this host
+    manifest: str  # "ok" | "failed: <check>, <check>"
+    manifest_failures: list[str]  # "<check> — <reason> (<class>)" per failed check
+
+    @property
+    def manifest_ok(self) -> bool:
+        return self.manifest == "ok"
 
     def line(self) -> str:
-        return f"{self.host}: {self.status} (env {self.env.rsplit('/', 1)[-1]})"
+        return f"{self.host}: {self.status} (env {self.env.rsplit('/', 1)[-1]}), ABI manifest {self.manifest}"
 
 
 @dataclass(frozen=True)
@@ -42,9 +54,26 @@ class ProvisionReport:
     log_path: str
     timings_s: dict[str, float]
 
+    @property
+    def ok(self) -> bool:
+        return all(h.manifest_ok for h in self.hosts)
+
+    def failure(self) -> str | None:
+        """Which hosts' envs failed their ABI manifest, and why (None when all passed)."""
+        bad = [h for h in self.hosts if not h.manifest_ok]
+        if not bad:
+            return None
+        lines = []
+        for h in bad:
+            lines.append(f"host {h.host!r}: the engine environment {h.env} failed its ABI manifest:")
+            lines += [f"  {line}" for line in h.manifest_failures]
+        lines.append("deploy refuses these hosts until `ddtree-ops provision` verifies their environment again")
+        return "\n".join(lines)
+
     def to_dict(self) -> dict:
         return {
-            "hosts": [asdict(h) for h in self.hosts],
+            "ok": self.ok,
+            "hosts": [{**asdict(h), "manifest_ok": h.manifest_ok} for h in self.hosts],
             "locks": self.locks,
             "log_path": self.log_path,
             "timings_s": self.timings_s,
@@ -65,6 +94,22 @@ def facts_from_event(event: dict) -> tuple[str, dict] | None:
         "architecture": ansible_facts.get("ansible_architecture"),
         "distribution": f"{ansible_facts.get('ansible_distribution', '')} {ansible_facts.get('ansible_distribution_version', '')}".strip(),
     }
+
+
+def manifest_from_event(event: dict) -> tuple[str, Manifest] | None:
+    """(host, manifest) from the runner event of the manifest task, else None.
+
+    Raises HostError when the script printed something that is not a valid manifest.
+    """
+    data = event.get("event_data") or {}
+    if event.get("event") != "runner_on_ok" or data.get("task") != MANIFEST_TASK:
+        return None
+    host = data.get("host")
+    stdout = (data.get("res") or {}).get("stdout") or ""
+    try:
+        return host, parse_manifest(json.loads(stdout), f"host {host}: ABI manifest")
+    except (json.JSONDecodeError, ConfigError) as err:
+        raise HostError(f"host {host}: the ABI manifest script did not print a valid manifest ({err}): {stdout[-300:]!r}") from None
 
 
 def read_facts(project: Project, hosts: list[Host]) -> dict[str, dict]:
@@ -148,20 +193,40 @@ def provision(
                 "short_hash": lock.short_hash,
                 "python_tag": lock.python_tag,
                 "wheelhouse_tar": str(tarballs[lock.short_hash]),
+                "manifest_args": manifest_args(project.engine.backend, lock_pins(lock.requirements)),
             }
             for name, lock in locks.items()
         },
         "ddtree_provision_python": project.engine.install.python,
         "ddtree_provision_envs_dir": ENVS_DIR,
+        "ddtree_provision_manifest_script": str(MANIFEST_SCRIPT),
         # Real model paths are checked by deploy's health gate; the `lab` pair can be checked now.
         "ddtree_provision_verify_generate": verify_lab_generation(project),
     }
-    result = run_playbook("provision.yml", project, hosts, extravars, log_dir=log_dir)
+    manifests: dict[str, Manifest] = {}
+    unreadable: list[HostError] = []
+
+    def collect(event: dict) -> None:
+        # Raised after the playbook: an exception inside ansible-runner's event callback would be lost.
+        try:
+            found = manifest_from_event(event)
+        except HostError as err:
+            unreadable.append(err)
+            return
+        if found:
+            manifests[found[0]] = found[1]
+
+    result = run_playbook("provision.yml", project, hosts, extravars, log_dir=log_dir, on_event=collect)
     lap("hosts")
+    if unreadable:
+        raise unreadable[0]
     rows = []
     for host in hosts:
         lock = locks[host.name]
         changed = result.hosts[host.name].changed
+        if host.name not in manifests:
+            raise HostError(f"host {host.name}: the ABI manifest task reported nothing; see {result.log_path}")
+        manifest = manifests[host.name]
         rows.append(
             HostProvision(
                 host=host.name,
@@ -171,6 +236,8 @@ def provision(
                 lock_hash=lock.hash,
                 python=lock.python_tag,
                 changed=changed,
+                manifest="ok" if manifest.ok else "failed: " + ", ".join(c.name for c in manifest.failures),
+                manifest_failures=manifest.failure_lines(),
             )
         )
     return ProvisionReport(

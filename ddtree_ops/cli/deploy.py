@@ -14,6 +14,7 @@ from ..deploy import (
     execute_deploy,
     execute_rollback,
     plan_deploy,
+    stored_manifest_gate,
     systemd_unit_probe,
 )
 from ..exceptions import ConfigError
@@ -65,8 +66,9 @@ def _table(report: DeployReport | RollbackReport, title: str) -> Table:
 def deploy(ctx, budget, topk, services_, hosts_, json_):
     """Install the services as new releases, one host at a time, each gated on /health.
 
-    A host whose services do not become healthy (or report other settings in /server_info)
-    is rolled back to its previous release and the rollout stops: later hosts are untouched.
+    A host whose engine environment failed (or lacks) its ABI manifest is not touched and the
+    rollout stops there. A host whose services do not become healthy (or report other settings
+    in /server_info) is rolled back to its previous release and the rollout stops: later hosts are untouched.
     A DDTREE_API_KEY in the environment is written to each service's env file.
     """
     project = project_from(ctx)
@@ -80,7 +82,12 @@ def deploy(ctx, budget, topk, services_, hosts_, json_):
     )
     for warning in plan.warnings:
         click.echo(f"warning: {warning}", err=True)
-    report = execute_deploy(plan, progress=_progress, unit_probe=systemd_unit_probe(plan.project))
+    report = execute_deploy(
+        plan,
+        progress=_progress,
+        unit_probe=systemd_unit_probe(plan.project),
+        env_gate=stored_manifest_gate(plan.project),
+    )
     if json_:
         emit_json(report.to_dict())
     else:

@@ -30,7 +30,7 @@ def _render(report: HealthReport) -> None:
     from rich.table import Table
 
     table = Table(title="ddtree healthcheck")
-    for col in ("host", "service", "unit", "restarts", "health", "server_info", "generation", "accept len", "verdict"):
+    for col in ("host", "service", "unit", "restarts", "env manifest", "health", "server_info", "generation", "accept len", "verdict"):
         table.add_column(col)
     for r in report.results:
         unit = "-" if r.unit is None else r.unit.describe()
@@ -38,8 +38,12 @@ def _render(report: HealthReport) -> None:
         health = "-" if r.health_status is None else str(r.health_status)
         info = "-" if r.info is None else ("ok" if not r.info_mismatches else "MISMATCH")
         gen = "-" if r.generation_tokens is None else f"ok ({r.generation_tokens} tok)"
+        manifest = "-" if r.manifest is None else r.manifest.short()
+        if r.manifest is not None:
+            color = {"ok": "green", "failed": "red"}.get(r.manifest.status, "yellow")
+            manifest = f"[{color}]{manifest}[/{color}]"
         verdict = "[green]ok[/green]" if r.ok else "[red]FAIL[/red]"
-        table.add_row(r.host, r.service, unit, restarts, health, info, gen, fmt(r.accept_length, 2), verdict)
+        table.add_row(r.host, r.service, unit, restarts, manifest, health, info, gen, fmt(r.accept_length, 2), verdict)
     out = console()
     out.print(table)
     for r in report.results:
@@ -59,7 +63,7 @@ def _render(report: HealthReport) -> None:
 @json_option
 @click.pass_context
 def healthcheck(ctx: click.Context, hosts: tuple[str, ...], services: tuple[str, ...], no_systemd: bool, timeout: float, json_: bool) -> None:
-    """Check every deployed service: unit, /health, /server_info, a generation, /metrics."""
+    """Check every deployed service: unit, env ABI manifest, /health, /server_info, a generation, /metrics."""
     project = project_from(ctx)
     report = run_healthcheck(
         project,

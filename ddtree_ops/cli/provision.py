@@ -7,6 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .. import provision as provisioning
+from ..exceptions import CheckFailed
 from . import cli
 from .common import emit_json, json_option, project_from
 from .plan import handle_plan, plan_options
@@ -28,7 +29,9 @@ def provision(
     """Build /opt/ddtree/envs/<lock-hash> on each host (all hosts when none are named).
 
     The wheelhouse is built on this machine, so hosts need no network. A host whose
-    environment is already complete is left alone and reported "up to date".
+    environment is already complete is left alone and reported "up to date". Every
+    environment is then verified on its host (ABI manifest, stored beside it); a failed
+    manifest exits 1 and `deploy` refuses that host.
     """
     project = project_from(ctx)
     hosts = project.select_hosts(host_names)  # unknown names: ConfigError (exit 2) before any host is touched
@@ -38,13 +41,20 @@ def provision(
     report = provisioning.provision(project, hosts)
     if json_:
         emit_json(report.to_dict())
-        return
+    else:
+        _render(report)
+    if not report.ok:
+        raise CheckFailed(report.failure())
+
+
+def _render(report: provisioning.ProvisionReport) -> None:
     table = Table(title="provision", title_justify="left")
-    for column in ("host", "address", "status", "env", "python", "changed"):
+    for column in ("host", "address", "status", "env", "python", "changed", "ABI manifest"):
         table.add_column(column)
     for row in report.hosts:
         status = f"[green]{row.status}[/green]" if row.status == "up to date" else f"[cyan]{row.status}[/cyan]"
-        table.add_row(row.host, row.address, status, row.env, row.python, str(row.changed))
+        manifest = f"[green]{row.manifest}[/green]" if row.manifest_ok else f"[red]{row.manifest}[/red]"
+        table.add_row(row.host, row.address, status, row.env, row.python, str(row.changed), manifest)
     Console().print(table)
     for row in report.hosts:
         click.echo(row.line())

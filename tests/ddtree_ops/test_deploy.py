@@ -1,7 +1,8 @@
 """plan_deploy (pure), the health gate against real local HTTP servers, and the rollout order.
 
 The Ansible call is replaced at its one seam (`run_playbook=`) by a recorder that writes what the
-real playbooks write back to the control node (the host state); everything else is real.
+real playbooks write back to the control node (the host state), and the SSH read of each host's
+stored ABI manifest by the text of a real manifest; everything else is real.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import yaml
 from click.testing import CliRunner
 
 import ddtree_ops.ansible
+import ddtree_ops.manifest
 from ddtree_ops.cli import cli
 from ddtree_ops.config import parse_project
 from ddtree_ops.deploy import (
@@ -28,6 +30,24 @@ from ddtree_ops.deploy import (
     server_info_mismatches,
 )
 from ddtree_ops.exceptions import ConfigError, HostError
+
+MANIFEST_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "manifests" / "h200-manifest.json"
+ENV = "/opt/ddtree/envs/0123456789abcdef"
+
+
+def failed_manifest_text() -> str:
+    doc = json.loads(MANIFEST_FIXTURE.read_text())
+    doc["checks"].append(
+        {
+            "name": "import:ddtree_engine.reference.engine",
+            "status": "fail",
+            "ok": False,
+            "class": "missing-python-dependency",
+            "reason": "importing ddtree_engine.reference.engine needs the Python module 'safetensors', which is not installed",
+        }
+    )
+    doc["ok"] = False
+    return json.dumps(doc)
 
 
 def free_port(address: str) -> int:
@@ -245,7 +265,19 @@ def test_server_info_mismatch_fails_the_gate(fleet):
 
 
 @pytest.fixture
-def config_file(tmp_path, fleet, monkeypatch):
+def stored_manifests(monkeypatch):
+    """host -> the text of its stored abi-manifest.json, read instead of over SSH (default: a passing one)."""
+    texts: dict[str, str] = {}
+
+    def read(host, env=None, timeout_s=30.0):
+        return ddtree_ops.manifest.verdict_from_text(host.name, env or ENV, texts.get(host.name, MANIFEST_FIXTURE.read_text()))
+
+    monkeypatch.setattr(ddtree_ops.manifest, "read_env_verdict", read)
+    return texts
+
+
+@pytest.fixture
+def config_file(tmp_path, fleet, monkeypatch, stored_manifests):
     ports, _ = fleet
     path = tmp_path / "ddtree.yaml"
     path.write_text(yaml.safe_dump(project_doc(ports, timeout_s=0.5)))
@@ -285,6 +317,35 @@ def test_cli_json_report_and_exit_codes(config_file, fleet):
     doc = json.loads(result.stdout)
     assert doc["ok"] is False and doc["hosts"][1]["status"] == "rolled back"
     assert "deploy failed on host 'h2'" in result.stderr and "service 'baseline'" in result.stderr
+
+
+def test_cli_stops_at_a_host_whose_env_failed_its_abi_manifest(config_file, stored_manifests):
+    path, runner = config_file
+    stored_manifests["h2"] = failed_manifest_text()
+    result = CliRunner().invoke(cli, ["-c", str(path), "deploy", "--json"], catch_exceptions=False)
+    assert result.exit_code == 1, result.output
+    doc = json.loads(result.stdout)
+    assert [h["status"] for h in doc["hosts"]] == ["deployed", "refused"]
+    assert {s["status"] for s in doc["hosts"][1]["services"]} == {"not deployed"}
+    assert "deploy stopped at host 'h2', which was not changed" in result.stderr
+    assert f"host 'h2': the engine environment {ENV} failed its ABI manifest" in result.stderr
+    assert "import:ddtree_engine.reference.engine — importing ddtree_engine.reference.engine needs the Python module 'safetensors'" in result.stderr
+    assert [(c[0], c[1]) for c in runner.calls] == [("deploy.yml", "h1")], "h2 must not be touched"
+
+
+def test_env_gate_refusal_on_the_first_host_leaves_every_host_untouched(fleet):
+    ports, _servers = fleet
+    runner = RecordingRunner()
+    refusals = {"h1": "host 'h1': the engine environment /opt/ddtree/envs/x has no ABI manifest"}
+    report = execute_deploy(plan_deploy(parse_project(project_doc(ports))), run_playbook=runner, env_gate=refusals.get)
+    assert not report.ok and runner.calls == []
+    assert [h.status for h in report.hosts] == ["refused", "skipped"]
+    assert report.hosts[0].error == refusals["h1"]
+    assert report.failure.splitlines() == [
+        "deploy stopped at host 'h1', which was not changed:",
+        refusals["h1"],
+        "rollout stopped: host(s) h2 were not touched",
+    ]
 
 
 def test_failed_playbook_rolls_back_that_host_and_reports_ansibles_message(fleet):

@@ -1,6 +1,8 @@
 """Healthcheck's pure parts, and its failures against real endpoints that do not answer."""
 
+import json
 import socket
+from pathlib import Path
 
 import pytest
 import yaml
@@ -9,7 +11,9 @@ from click.testing import CliRunner
 from ddtree_ops.cli import cli
 from ddtree_ops.config import parse_project
 from ddtree_ops.exceptions import ConfigError
+from ddtree_ops.manifest import EnvVerdict, verdict_from_text
 from ddtree_ops.health import (
+    HealthReport,
     HttpFacts,
     deployed_settings,
     evaluate,
@@ -197,6 +201,39 @@ def test_evaluate_all_good_and_each_failure():
 
     unreachable = evaluate(host, TREE, PROJECT, HttpFacts(200, GOOD_INFO, GOOD_GEN), None, "host h1 is unreachable")
     assert unreachable.failures == ["ssh: host h1 is unreachable"]
+
+
+MANIFEST_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "manifests" / "h200-manifest.json"
+
+
+def test_the_env_manifest_verdict_is_shown_and_a_failed_one_fails_the_host():
+    host = PROJECT.host("h1")
+    facts = HostFacts(units={"tree": parse_systemctl_show("ddtree-tree.service", RUNNING)}, state={"services": {}})
+    http = HttpFacts(200, GOOD_INFO, GOOD_GEN, 1.5, 10.0)
+
+    passed = verdict_from_text("h1", "/opt/ddtree/envs/abc", MANIFEST_FIXTURE.read_text())
+    ok = evaluate(host, TREE, PROJECT, http, facts, None, passed)
+    assert ok.ok and ok.manifest.short() == "ok"
+    document = HealthReport([ok], systemd_checked=True).to_dict()
+    assert document["manifests"]["h1"]["status"] == "ok"
+    assert document["services"][0]["manifest"]["env"] == "/opt/ddtree/envs/abc"
+    json.dumps(document)  # one JSON document, nothing unserialisable
+
+    doc = json.loads(MANIFEST_FIXTURE.read_text())
+    doc["checks"].append({"name": "pip_check", "status": "fail", "class": "missing-python-dependency", "reason": "transformers requires safetensors, which is not installed"})
+    doc["ok"] = False
+    failed = evaluate(host, TREE, PROJECT, http, facts, None, verdict_from_text("h1", "/opt/ddtree/envs/abc", json.dumps(doc)))
+    assert failed.failures == [
+        (
+            "manifest: /opt/ddtree/envs/abc failed its ABI manifest: "
+            "pip_check — transformers requires safetensors, which is not installed (missing-python-dependency)"
+        )
+    ]
+
+    missing = evaluate(host, TREE, PROJECT, http, facts, None, EnvVerdict("h1", None, "missing", problem="no env recorded in /var/lib/ddtree/state.json"))
+    assert missing.ok and missing.warnings == [
+        "manifest: no env recorded in /var/lib/ddtree/state.json: run `ddtree-ops provision h1` to verify the environment"
+    ]
 
 
 def test_filters_are_validated_before_anything_is_touched():

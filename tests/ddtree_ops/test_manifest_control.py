@@ -64,3 +64,72 @@ def test_remote_command_runs_the_script_from_stdin_and_stores_the_manifest(tmp_p
 def test_run_local_with_this_interpreter():
     m = manifest.run_local(sys.executable, backend="none", expect_gpu_arch="none")
     assert m.ok, m.summary()
+
+
+# --- the manifest stored beside a host's env: what deploy and healthcheck read ----------------------
+
+
+def _failed_doc() -> dict:
+    doc = json.loads(FIXTURE.read_text())
+    doc["checks"].append(
+        {
+            "name": "import:ddtree_engine.reference.engine",
+            "status": "fail",
+            "ok": False,
+            "class": "missing-python-dependency",
+            "reason": "importing ddtree_engine.reference.engine needs the Python module 'safetensors', which is not installed",
+        }
+    )
+    doc["ok"] = False
+    return doc
+
+
+def test_stored_manifest_that_passed_lets_deploy_through():
+    verdict = manifest.verdict_from_text("gpu-1", "/opt/ddtree/envs/abc", FIXTURE.read_text())
+    assert verdict.status == "ok" and verdict.ok and verdict.short() == "ok"
+    assert verdict.refusal() is None
+    assert verdict.to_dict()["summary"].startswith("ok: torch 2.11.0+cu130")
+
+
+def test_stored_manifest_that_failed_names_the_host_env_and_each_failed_check():
+    verdict = manifest.verdict_from_text("lab-2", "/opt/ddtree/envs/abc", json.dumps(_failed_doc()))
+    assert verdict.status == "failed" and not verdict.ok
+    assert verdict.short() == "failed: import:ddtree_engine.reference.engine"
+    refusal = verdict.refusal()
+    assert refusal.startswith("host 'lab-2': the engine environment /opt/ddtree/envs/abc failed its ABI manifest:")
+    assert "import:ddtree_engine.reference.engine — importing ddtree_engine.reference.engine needs the Python module 'safetensors'" in refusal
+    assert "(missing-python-dependency)" in refusal
+    assert "run `ddtree-ops provision lab-2`" in refusal
+
+
+@pytest.mark.parametrize(
+    "text, status, fragment",
+    [
+        ("", "missing", "has no ABI manifest (no /opt/ddtree/envs/abc/abi-manifest.json)"),
+        ("{not json", "invalid", "/opt/ddtree/envs/abc/abi-manifest.json is not JSON"),
+        ('{"format": 9}', "invalid", "manifest format 9 is not supported"),
+    ],
+)
+def test_missing_or_unreadable_stored_manifest_refuses_deploy(text, status, fragment):
+    verdict = manifest.verdict_from_text("gpu-1", "/opt/ddtree/envs/abc", text)
+    assert verdict.status == status and not verdict.ok
+    assert fragment in verdict.refusal() and "ddtree-ops provision gpu-1" in verdict.refusal()
+
+
+def test_env_path_comes_from_the_state_file_that_provision_writes():
+    assert manifest.env_of_state({"env": {"path": "/opt/ddtree/envs/abc", "lock_hash": "x"}}) == "/opt/ddtree/envs/abc"
+    assert manifest.env_of_state({"services": {}}) is None
+    assert manifest.env_of_state(None) is None
+    no_env = manifest.EnvVerdict("gpu-1", None, "missing", problem="no env recorded")
+    assert "has no engine environment recorded" in no_env.refusal()
+
+
+def test_lock_pins_and_the_reference_backend_imports_the_engine_it_serves_with():
+    assert manifest.lock_pins(["torch==2.13.0+cpu", "ddtree-engine==0.1.0", "weird"]) == {
+        "torch": "2.13.0+cpu",
+        "ddtree-engine": "0.1.0",
+    }
+    args = manifest.manifest_args("reference")
+    required = [args[i + 1] for i, a in enumerate(args) if a == "--require"]
+    # `ddtree_engine` alone imports nothing heavy; the engine and server modules pull torch, transformers, safetensors.
+    assert "ddtree_engine.reference.engine" in required and "ddtree_engine.server.app" in required

@@ -12,9 +12,9 @@ from click.testing import CliRunner
 
 from ddtree_ops.cli import cli
 from ddtree_ops.config import parse_project
-from ddtree_ops.exceptions import ConfigError
+from ddtree_ops.exceptions import ConfigError, HostError
 from ddtree_ops.lock import Lock, python_tag, resolve_lock
-from ddtree_ops.provision import FACTS_TASK, facts_from_event
+from ddtree_ops.provision import FACTS_TASK, MANIFEST_TASK, facts_from_event, manifest_from_event
 from ddtree_ops.wheelhouse import compatible_platforms, engine_source_digest, pin_of_wheel
 
 REQS = ("numpy==2.4.6", "torch==2.13.0+cpu", "ddtree-engine==0.1.0")
@@ -127,6 +127,26 @@ def test_facts_come_from_the_facts_task_event():
     assert host == "lab-1"
     assert facts["python_version"] == "3.11.2" and facts["architecture"] == "x86_64"
     assert facts_from_event({**event, "event": "runner_on_failed"}) is None
+
+
+def test_manifest_comes_from_the_manifest_task_event():
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "manifests" / "h200-manifest.json"
+    event = {
+        "event": "runner_on_ok",
+        "event_data": {"host": "lab-2", "task": MANIFEST_TASK, "res": {"rc": 0, "stdout": fixture.read_text()}},
+    }
+    host, manifest = manifest_from_event(event)
+    assert host == "lab-2" and manifest.ok and manifest.torch_cuda == "13.0"
+    assert manifest_from_event({**event, "event_data": {**event["event_data"], "task": FACTS_TASK}}) is None
+    garbled = {**event, "event_data": {**event["event_data"], "res": {"rc": 1, "stdout": "Traceback (most recent call last):"}}}
+    with pytest.raises(HostError, match="host lab-2: the ABI manifest script did not print a valid manifest"):
+        manifest_from_event(garbled)
+
+
+def test_the_role_runs_the_manifest_task_that_provision_listens_for():
+    # The task name is the contract between the role and manifest_from_event.
+    tasks = (Path(__file__).resolve().parents[2] / "ansible" / "roles" / "ddtree_provision" / "tasks" / "main.yml").read_text()
+    assert f"- name: {MANIFEST_TASK}\n" in tasks
 
 
 # ---- bad input: exit 2, the key named, no host touched -------------------------------------------
