@@ -318,6 +318,8 @@ def wait_healthy(
                 continue
             try:
                 info = client.get(f"{plan.base_url}/server_info").json()
+                if not isinstance(info, dict):
+                    raise ValueError(f"expected a JSON object, got {type(info).__name__}")
             except (httpx.HTTPError, ValueError) as err:
                 results[plan.service] = GateResult(False, None, f"/server_info failed: {err}")
                 continue

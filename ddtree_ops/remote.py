@@ -318,8 +318,11 @@ class ServiceClient:
         """The first id `/v1/models` lists (None when the list is empty)."""
         r = self._client.get("/v1/models")
         r.raise_for_status()
-        data = r.json().get("data") or []
-        return data[0].get("id") if data else None
+        body = r.json()
+        if not isinstance(body, dict):
+            raise ValueError(f"/v1/models returned {type(body).__name__}, expected a JSON object")
+        data = body.get("data") or []
+        return data[0].get("id") if data and isinstance(data[0], dict) else None
 
     def complete(self, prompt: str, max_tokens: int, model: str | None = None) -> dict[str, Any]:
         """A non-streamed greedy `/v1/completions` request; returns the response body."""

@@ -2,15 +2,31 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import click
 
 from ..compare import CompareReport, default_out_dir, run_compare, write_compare_files
-from ..exceptions import CheckFailed
+from ..exceptions import CheckFailed, ConfigError
 from ..prompts import load_prompts
 from ..report import TABLE_COLUMNS, fmt, table_rows
 from . import cli
 from .common import emit_json, json_option, project_from
 from .health import console, split_names
+
+
+def check_out_dir(path) -> Path:
+    """Refuse an --out that cannot be written before any measuring (exit 2); creates nothing."""
+    out = Path(path)
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK):
+        raise ConfigError(
+            f"--out {out}: cannot write the report there ({existing} is not a writable folder); choose another folder"
+        )
+    return out
 
 
 def _render(report: CompareReport, files: dict) -> None:
@@ -65,6 +81,7 @@ def compare(
     """Measure the tree service against the baseline service on the same prompts."""
     project = project_from(ctx)
     prompts = load_prompts(prompts_file)
+    out = check_out_dir(out_dir or default_out_dir())
     report = run_compare(
         project,
         prompts,
@@ -76,7 +93,7 @@ def compare(
         timeout_s=timeout,
         on_progress=lambda msg: click.echo(msg, err=True),
     )
-    files = write_compare_files(report, out_dir or default_out_dir())
+    files = write_compare_files(report, out)
     if json_:
         emit_json({**report.to_dict(), "files": {k: str(v) for k, v in files.items()}})
     else:

@@ -13,7 +13,8 @@ say() { echo "ensure-docker: $*" >&2; }
 
 engine_answers() { timeout 10 docker info >/dev/null 2>&1; }
 
-if command -v docker >/dev/null 2>&1 && engine_answers; then
+# The lab image is built with debootstrap, so it is needed even where an engine already runs.
+if command -v docker >/dev/null 2>&1 && engine_answers && command -v debootstrap >/dev/null 2>&1; then
     exit 0
 fi
 
@@ -30,6 +31,9 @@ if [ ${#need[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q >&2
     apt-get install -y -q "${need[@]}" >&2
+fi
+if command -v docker >/dev/null 2>&1 && engine_answers; then
+    exit 0
 fi
 
 # overlay2 needs a kernel overlay mount on the backing filesystem; fall back to vfs (slower,

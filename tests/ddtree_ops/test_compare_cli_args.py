@@ -86,3 +86,24 @@ def test_default_out_dir_is_timestamped():
     import datetime
 
     assert default_out_dir(datetime.datetime(2026, 1, 2, 3, 4, 5)) == "ddtree-compare-20260102-030405"
+
+
+def test_an_unwritable_out_folder_is_refused_before_measuring(tmp_path):
+    from click.testing import CliRunner
+
+    from ddtree_ops.cli import cli
+
+    project = tmp_path / "ddtree.yaml"
+    project.write_text(
+        "hosts: [{name: h1, address: 127.0.0.1, ssh: {port: 1}}]\n"
+        "engine: {target: lab, draft: lab}\n"
+        "services:\n"
+        "  - {name: baseline, algorithm: dflash, port: 39999}\n"
+        "  - {name: tree, algorithm: ddtree, budget: 15, topk: 8, port: 39998}\n"
+    )
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    result = CliRunner().invoke(cli, ["-c", str(project), "compare", "--out", str(blocker / "report")],
+                                catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert "--out" in result.output and "cannot write" in result.output

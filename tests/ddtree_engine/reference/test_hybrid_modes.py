@@ -55,3 +55,22 @@ def test_unsafe_needs_the_allow_flag_and_warns():
         validate_spec(SpeculativeConfig("ddtree", hybrid_mode="unsafe"), drafter=object())
     with pytest.warns(RuntimeWarning, match="leak"):
         validate_spec(SpeculativeConfig("ddtree", hybrid_mode="unsafe", allow_hybrid_unsafe=True), drafter=object())
+
+
+def test_on_tokens_returning_true_stops_generation(engines):
+    engine = engines["qwen3-next"]
+    from ddtree_engine.reference.types import SamplingParams
+
+    chunks = []
+
+    def stop_after_three(ids):
+        chunks.append(list(ids))
+        return sum(map(len, chunks)) >= 3
+
+    saved, engine.spec = engine.spec, SpeculativeConfig("ar")
+    try:
+        result = engine.generate(PROMPTS[0], SamplingParams(max_new_tokens=20), on_tokens=stop_after_three)
+    finally:
+        engine.spec = saved
+    assert len(result.token_ids) == 3 and result.finish_reason == "stop"
+    assert [t for c in chunks for t in c] == result.token_ids

@@ -218,7 +218,7 @@ def test_a_single_token_stop_ends_generation(client):
     assert body["choices"][0]["text"] == full["choices"][0]["text"].split(stop)[0]
 
 
-def test_a_multi_token_stop_cuts_the_text_and_counts_every_generated_token(client, parse_sse):
+def test_a_multi_token_stop_cuts_the_text_and_stops_generating(client, parse_sse):
     def printable_pair(text, _ids):
         for i in range(2, len(text) - 1):
             if text[i].isalnum() and text[i + 1].isalnum():
@@ -231,12 +231,16 @@ def test_a_multi_token_stop_cuts_the_text_and_counts_every_generated_token(clien
     expected = full["choices"][0]["text"].split(stop)[0]
     assert body["choices"][0]["text"] == expected
     assert body["choices"][0]["finish_reason"] == "stop"
-    # Generation ran on (a text stop is not a token stop), and usage counts what was generated.
-    assert body["usage"]["completion_tokens"] == full["usage"]["completion_tokens"]
+    # Generation stops at the verify step that completes the stop string (not at max_tokens),
+    # and usage counts exactly what was generated.
+    ids, full_ids = body["ddtree"]["completion_token_ids"], full["ddtree"]["completion_token_ids"]
+    assert ids == full_ids[: len(ids)] and len(ids) < len(full_ids)
+    assert body["usage"]["completion_tokens"] == len(ids)
 
-    events = parse_sse(client.post("/v1/completions", json={**req, "stream": True}).text)
-    assert "".join(e["choices"][0]["text"] for e in events[:-1]) == expected
-    assert events[-2]["choices"][0]["finish_reason"] == "stop"
+    events = parse_sse(client.post("/v1/completions", json={**req, "stream": True, "stream_options": {"include_usage": True}}).text)
+    assert "".join(e["choices"][0]["text"] for e in events[:-2]) == expected
+    assert events[-3]["choices"][0]["finish_reason"] == "stop"
+    assert events[-2]["usage"]["completion_tokens"] == len(ids)
 
 
 def test_a_seed_makes_sampling_repeatable(client):

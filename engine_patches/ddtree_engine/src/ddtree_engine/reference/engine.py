@@ -28,9 +28,10 @@ class Engine:
         self,
         prompt_ids: list[int],
         params: SamplingParams,
-        on_tokens: Callable[[list[int]], None] | None = None,
+        on_tokens: Callable[[list[int]], bool | None] | None = None,
     ) -> GenerationResult:
-        """Generate after `prompt_ids`; `on_tokens` receives each newly committed chunk. Not thread-safe."""
+        """Generate after `prompt_ids`; `on_tokens` receives each newly committed chunk and may
+        return True to stop there. Not thread-safe."""
         stop = set(params.stop_token_ids)
         if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
             stop.add(self.tokenizer.eos_token_id)

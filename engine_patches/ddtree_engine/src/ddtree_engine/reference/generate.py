@@ -66,12 +66,14 @@ def generate(
     prompt_ids: list[int],
     spec: SpeculativeConfig,
     params: SamplingParams,
-    on_tokens: Callable[[list[int]], None] | None = None,
+    on_tokens: Callable[[list[int]], bool | None] | None = None,
 ) -> GenerationResult:
     """Generate up to `params.max_new_tokens` tokens after `prompt_ids` (batch size 1).
 
     Every emitted token is the target's own choice (argmax at T=0, a sample at T>0) in its
     true context, so `dflash` and `ddtree` emit exactly what `ar` emits at T=0.
+    `on_tokens` receives each committed chunk; returning True stops generation there
+    (a stop string completed, or the client went away), with finish_reason "stop".
     """
     if not prompt_ids:
         raise BadInputError("the prompt is empty: give at least one token")
@@ -100,10 +102,9 @@ def generate(
         drafter.observe(prompt_ids, out.features, torch.arange(n))
     first = int(choose_tokens(out.logits[-1:], params.temperature, generator)[0])
     emitted = [first]
-    if on_tokens:
-        on_tokens([first])
     result = GenerationResult(token_ids=emitted, prompt_tokens=n, finish_reason="length")
-    if first in params.stop_token_ids:
+    caller_stop = bool(on_tokens and on_tokens([first]))
+    if first in params.stop_token_ids or caller_stop:
         result.finish_reason = "stop"
         return result
 
@@ -134,8 +135,8 @@ def generate(
         result.steps.append(
             StepStats(tree_nodes=tree.num_nodes - 1, accepted_drafts=walked.accepted_drafts, committed=len(new))
         )
-        if on_tokens:
-            on_tokens(new)
+        if on_tokens and on_tokens(new):
+            stopped = True
         if stopped:
             result.finish_reason = "stop"
             break

@@ -121,7 +121,7 @@ class ServingRuntime:
         self,
         prompt_ids: list[int],
         params: SamplingParams,
-        on_tokens: Callable[[list[int]], None] | None = None,
+        on_tokens: Callable[[list[int]], bool | None] | None = None,
     ) -> GenerationResult:
         """Run one request (blocking; call from a worker thread) and record its metrics."""
         with self._lock:
@@ -403,9 +403,14 @@ async def _respond(
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache"},
         )
-    result = await run_in_threadpool(_generate_or_400, runtime, prepared)
     text = CompletionText(tokenizer, prepared.stop_strings)
-    text.add(result.token_ids)
+
+    def stop_at_stop_string(ids: list[int]) -> bool:
+        # Stop generating as soon as a stop string is complete, not at max_tokens.
+        text.add(ids)
+        return text.stopped
+
+    result = await run_in_threadpool(_generate_or_400, runtime, prepared, stop_at_stop_string)
     finish = _finish_reason(result, text)
     if kind == "chat":
         choice = {"index": 0, "message": {"role": "assistant", "content": text.text}, "finish_reason": finish}
@@ -447,14 +452,40 @@ async def _stream(
         except RuntimeError:  # the loop is gone: the client went away during shutdown
             pass
 
+    # Set when the client goes away: generation stops at the next verify step instead of
+    # holding the engine until max_tokens while later requests queue behind it.
+    cancelled = threading.Event()
+    stop_detector = CompletionText(tokenizer, prepared.stop_strings)
+
+    def on_tokens(ids: list[int]) -> bool:
+        post(("tokens", list(ids)))
+        stop_detector.add(ids)
+        return stop_detector.stopped or cancelled.is_set()
+
     def work() -> None:
         try:
-            result = _generate_or_400(runtime, prepared, lambda ids: post(("tokens", list(ids))))
+            result = _generate_or_400(runtime, prepared, on_tokens)
             post(("done", result))
         except BaseException as exc:  # noqa: BLE001 - reported to the client as an error event
             post(("error", exc))
 
     threading.Thread(target=work, name="ddtree-generate", daemon=True).start()
+    try:
+        async for event in _stream_events(events, tokenizer, prepared, kind, request_id, created, model):
+            yield event
+    finally:
+        cancelled.set()
+
+
+async def _stream_events(
+    events: asyncio.Queue,
+    tokenizer: Any,
+    prepared: PreparedRequest,
+    kind: Literal["completion", "chat"],
+    request_id: str,
+    created: int,
+    model: str,
+) -> AsyncIterator[str]:
 
     obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
 
