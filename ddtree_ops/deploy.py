@@ -52,6 +52,7 @@ class ServicePlan:
     budget: int | None
     topk: int | None
     spec: UnitSpec
+    block_size: int | None = None  # what /server_info must report for dflash/ddtree
 
     @property
     def base_url(self) -> str:
@@ -194,6 +195,7 @@ def plan_deploy(
                 algorithm=service.algorithm,
                 budget=service.budget,
                 topk=service.topk,
+                block_size=project.engine.block_size,
                 spec=unit_spec(
                     service,
                     host,
@@ -227,6 +229,9 @@ class GateResult:
 
 def expected_server_info(plan: ServicePlan) -> dict[str, Any]:
     expected: dict[str, Any] = {"speculative_algorithm": plan.algorithm.upper()}
+    if plan.algorithm in ("dflash", "ddtree") and plan.block_size is not None:
+        # The drafter decides the real block size; a project file that says otherwise is caught here.
+        expected["speculative_num_draft_tokens"] = plan.block_size
     if plan.algorithm == "ddtree":
         expected["speculative_ddtree_budget"] = plan.budget
         expected["speculative_ddtree_topk"] = plan.topk

@@ -241,7 +241,8 @@ def api_headers() -> dict[str, str]:
 
 
 def service_url(host: Host, service: Service) -> str:
-    return f"http://{host.address}:{service.port}"
+    address = f"[{host.address}]" if ":" in host.address else host.address  # IPv6 literals
+    return f"http://{address}:{service.port}"
 
 
 @dataclass

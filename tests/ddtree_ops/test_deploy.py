@@ -118,12 +118,24 @@ def test_bad_input_is_a_config_error(kwargs, message):
 def test_server_info_mismatch_names_each_key():
     plan = plan_deploy(parse_project(project_doc()), budget=15, topk=8)
     tree = next(s for s in plan.hosts[0].services if s.service == "tree")
-    ok = {"speculative_algorithm": "DDTREE", "speculative_ddtree_budget": 15, "speculative_ddtree_topk": 8}
+    ok = {
+        "speculative_algorithm": "DDTREE",
+        "speculative_ddtree_budget": 15,
+        "speculative_ddtree_topk": 8,
+        "speculative_num_draft_tokens": 16,
+    }
     assert server_info_mismatches(ok, tree) == []
     problems = server_info_mismatches({**ok, "speculative_ddtree_budget": 7}, tree)
     assert problems == ["speculative_ddtree_budget: got 7, expected 15"]
+    # A drafter whose block size is not the project file's is caught by the gate, not later.
+    assert server_info_mismatches({**ok, "speculative_num_draft_tokens": 8}, tree) == [
+        "speculative_num_draft_tokens: got 8, expected 16"
+    ]
     baseline = next(s for s in plan.hosts[0].services if s.service == "baseline")
-    assert server_info_mismatches({"speculative_algorithm": "DFLASH", "speculative_ddtree_budget": 15}, baseline) == []
+    assert server_info_mismatches(
+        {"speculative_algorithm": "DFLASH", "speculative_ddtree_budget": 15, "speculative_num_draft_tokens": 16},
+        baseline,
+    ) == []
 
 
 # --- execution against local servers ------------------------------------------------------------
@@ -201,10 +213,13 @@ def fleet():
     ports = (free_port("127.0.0.1"), free_port("127.0.0.1"))
     servers = {}
     for host, address in (("h1", "127.0.0.1"), ("h2", "127.0.0.2")):
-        servers[(host, "baseline")] = FakeService(address, ports[0], {"speculative_algorithm": "DFLASH"})
+        servers[(host, "baseline")] = FakeService(
+            address, ports[0], {"speculative_algorithm": "DFLASH", "speculative_num_draft_tokens": 16}
+        )
         servers[(host, "tree")] = FakeService(
             address, ports[1],
-            {"speculative_algorithm": "DDTREE", "speculative_ddtree_budget": 15, "speculative_ddtree_topk": 8},
+            {"speculative_algorithm": "DDTREE", "speculative_ddtree_budget": 15, "speculative_ddtree_topk": 8,
+             "speculative_num_draft_tokens": 16},
         )  # fmt: skip
     yield ports, servers
     for server in servers.values():
