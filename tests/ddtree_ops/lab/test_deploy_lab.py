@@ -25,15 +25,6 @@ pytestmark = pytest.mark.lab
 IMPOSSIBLE_MODEL = "/nonexistent/ddtree-model"
 
 
-def _config_path(lab_fleet) -> Path:
-    """The lab's ddtree.yaml, from whatever shape the fixture yields (LabReport, dict or path)."""
-    if isinstance(lab_fleet, (str, Path)):
-        return Path(lab_fleet)
-    if isinstance(lab_fleet, dict):
-        return Path(lab_fleet["config_path"])
-    return Path(lab_fleet.config_path)
-
-
 def _run(*args: str):
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
@@ -50,7 +41,7 @@ def _server_info(project, host: str, service: str) -> dict:
 
 @pytest.fixture(scope="module")
 def lab(lab_fleet):
-    config = str(_config_path(lab_fleet))
+    config = str(lab_fleet.config_path)
     provision = _run("-c", config, "provision")
     assert provision.exit_code == 0, provision.output
     project = load_project(config)

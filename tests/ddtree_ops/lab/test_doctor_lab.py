@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -13,19 +12,9 @@ from click.testing import CliRunner
 from ddtree_ops.cli import cli
 from ddtree_ops.config import load_project
 from ddtree_ops.remote import ssh_run
-from ddtree_ops.wheelhouse import ENGINE_SRC_ENV, engine_source_dir
 
 pytestmark = [pytest.mark.lab]
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _engine_sources_frozen(tmp_path_factory):
-    # The lock (so the env doctor looks for) hashes the engine's sources: freeze them for this module.
-    snapshot = tmp_path_factory.mktemp("engine") / "ddtree_engine"
-    shutil.copytree(engine_source_dir(), snapshot, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(ENGINE_SRC_ENV, str(snapshot))
-        yield
 
 
 def invoke(*args: str):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -24,22 +23,13 @@ pytestmark = pytest.mark.lab
 RECOVERY_TIMEOUT_S = 600  # a restarted service reloads its model before /health says 200
 
 
-def _config_path(lab_fleet) -> Path:
-    """The lab's ddtree.yaml, from whatever shape the fixture yields (LabReport, dict or path)."""
-    if isinstance(lab_fleet, (str, Path)):
-        return Path(lab_fleet)
-    if isinstance(lab_fleet, dict):
-        return Path(lab_fleet["config_path"])
-    return Path(lab_fleet.config_path)
-
-
 def _run(*args: str):
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
 @pytest.fixture(scope="module")
 def deployed_lab(lab_fleet):
-    config = str(_config_path(lab_fleet))
+    config = str(lab_fleet.config_path)
     provision = _run("-c", config, "provision")
     assert provision.exit_code == 0, provision.output
     deploy = _run("-c", config, "deploy", "--budget", "15", "--topk", "8")

@@ -9,7 +9,6 @@ end, and provision verifies the env again.
 from __future__ import annotations
 
 import json
-import shutil
 
 import httpx
 import pytest
@@ -18,22 +17,12 @@ from click.testing import CliRunner
 from ddtree_ops.cli import cli
 from ddtree_ops.config import load_project
 from ddtree_ops.remote import ssh_run
-from ddtree_ops.wheelhouse import ENGINE_SRC_ENV, engine_source_dir
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 BROKEN_MODULE = "ddtree_engine.reference.engine"
 BROKEN_CHECK = f"import:{BROKEN_MODULE}"
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _engine_sources_frozen(tmp_path_factory):
-    # The lock hashes the engine's sources: a snapshot keeps every provision here on one env.
-    snapshot = tmp_path_factory.mktemp("engine") / "ddtree_engine"
-    shutil.copytree(engine_source_dir(), snapshot, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(ENGINE_SRC_ENV, str(snapshot))
-        yield
 
 
 def _run(*args: str):
