@@ -205,11 +205,11 @@ def ship_image(host: Host, tag: str, timeout_s: float = 3600) -> None:
     Raises:
         HostError: the host is unreachable, has no Docker, or the load failed.
     """
-    from .remote import ssh_argv
+    from .remote import ssh_argv, ssh_exec
 
-    check = subprocess.run(ssh_argv(host, f"docker image inspect {tag} >/dev/null 2>&1 && echo present || echo absent"), capture_output=True, text=True, timeout=60)
-    if check.returncode == 255:
-        raise HostError(f"host {host.name} ({host.address}) is unreachable over SSH: {check.stderr.strip()}")
+    check = ssh_exec(
+        host, f"docker image inspect {tag} >/dev/null 2>&1 && echo present || echo absent", timeout_s=60
+    )
     if check.stdout.strip() == "present":
         return
     save = subprocess.Popen(["docker", "save", tag], stdout=subprocess.PIPE, stderr=subprocess.PIPE)

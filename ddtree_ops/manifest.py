@@ -160,15 +160,15 @@ def run_on_host(
     Raises:
         HostError: unreachable, or the script could not run (a failed check is not an error: see `gate`).
     """
-    from .remote import ssh_argv
+    from .remote import ssh_exec
 
-    argv = ssh_argv(host, remote_command(env_python, manifest_args(backend, pins), store_in))
-    try:
-        proc = subprocess.run(argv, input=MANIFEST_SCRIPT.read_text(), capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        raise HostError(f"host {host.name}: the ABI manifest did not finish within {timeout_s:.0f}s") from None
-    if proc.returncode == 255:
-        raise HostError(f"host {host.name} ({host.address}) is unreachable over SSH: {proc.stderr.strip() or 'no message'}")
+    proc = ssh_exec(
+        host,
+        remote_command(env_python, manifest_args(backend, pins), store_in),
+        timeout_s=timeout_s,
+        what="the ABI manifest",
+        input_text=MANIFEST_SCRIPT.read_text(),
+    )
     if proc.returncode not in (0, 1):
         raise HostError(f"host {host.name}: the ABI manifest script exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
     return _parse_output(proc.stdout, f"host {host.name}")

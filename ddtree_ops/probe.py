@@ -191,20 +191,16 @@ def probe_host(host: Host, python: str = "python3", timeout_s: float = 60.0, con
     Raises:
         HostError: the host is unreachable, has no `python3`, or the probe failed.
     """
-    from .remote import ssh_argv
+    from .remote import ssh_exec
 
-    argv = ssh_argv(host, f"{python} - --disk-path /opt", connect_timeout_s=connect_timeout_s)
-    try:
-        proc = subprocess.run(argv, input=PROBE_SCRIPT.read_text(), capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        raise HostError(f"host {host.name} ({host.address}): the probe did not finish within {timeout_s:.0f}s") from None
-    except FileNotFoundError:
-        raise HostError("the `ssh` client is not installed on this machine: install openssh-client") from None
-    if proc.returncode == 255:
-        raise HostError(
-            f"host {host.name} ({host.ssh.user}@{host.address}:{host.ssh.port}) is unreachable over SSH: "
-            f"{proc.stderr.strip() or 'no message'}"
-        )
+    proc = ssh_exec(
+        host,
+        f"{python} - --disk-path /opt",
+        timeout_s=timeout_s,
+        what="the probe",
+        input_text=PROBE_SCRIPT.read_text(),
+        connect_timeout_s=connect_timeout_s,
+    )
     if proc.returncode == 127 or "not found" in proc.stderr and proc.returncode != 0:
         raise HostError(f"host {host.name}: {python} is not installed there; install python3 (>= 3.8) first")
     if proc.returncode != 0:

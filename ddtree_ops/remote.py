@@ -55,17 +55,26 @@ def ssh_argv(host: Host, remote_command: str, connect_timeout_s: int = 10) -> li
     return argv + [f"{host.ssh.user}@{host.address}", remote_command]
 
 
-def ssh_run(host: Host, remote_command: str, timeout_s: float = 30.0) -> str:
-    """Run a read-only command on `host` and return its stdout.
+def ssh_exec(
+    host: Host,
+    remote_command: str,
+    *,
+    timeout_s: float,
+    what: str = "ssh",
+    input_text: str | None = None,
+    connect_timeout_s: int = 10,
+) -> subprocess.CompletedProcess:
+    """Run `remote_command` on `host`; the caller judges the exit status.
 
     Raises:
-        HostError: the host did not answer, or the command failed (with its stderr).
+        HostError: no answer within `timeout_s` (naming `what`), no ssh client here, or the host
+            is unreachable (ssh's own exit status 255).
     """
-    argv = ssh_argv(host, remote_command)
+    argv = ssh_argv(host, remote_command, connect_timeout_s=connect_timeout_s)
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run(argv, input=input_text, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        raise HostError(f"host {host.name} ({host.address}): ssh did not finish within {timeout_s:.0f}s") from None
+        raise HostError(f"host {host.name} ({host.address}): {what} did not finish within {timeout_s:.0f}s") from None
     except FileNotFoundError:
         raise HostError("the `ssh` client is not installed on this machine: install openssh-client") from None
     if proc.returncode == 255:
@@ -73,6 +82,16 @@ def ssh_run(host: Host, remote_command: str, timeout_s: float = 30.0) -> str:
             f"host {host.name} ({host.ssh.user}@{host.address}:{host.ssh.port}) is unreachable over SSH: "
             f"{proc.stderr.strip() or 'no message'}"
         )
+    return proc
+
+
+def ssh_run(host: Host, remote_command: str, timeout_s: float = 30.0) -> str:
+    """Run a read-only command on `host` and return its stdout.
+
+    Raises:
+        HostError: the host did not answer, or the command failed (with its stderr).
+    """
+    proc = ssh_exec(host, remote_command, timeout_s=timeout_s)
     if proc.returncode != 0:
         raise HostError(
             f"host {host.name}: `{remote_command}` exited {proc.returncode}: {proc.stderr.strip() or proc.stdout.strip()}"
