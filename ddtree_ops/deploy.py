@@ -644,15 +644,7 @@ def _rollback_after_failure(
 
     # The old release must come back healthy, or the operator needs to know it did not.
     if restored:
-        settings = plan.project.deploy
-        gate = wait_healthy(
-            restored,
-            timeout_s=settings.health_timeout_s,
-            interval_s=settings.health_interval_s,
-            progress=say,
-            check_info=False,
-            unit_probe=unit_probe,
-        )
+        gate = wait_restored(restored, plan.project.deploy, say, unit_probe)
         for service_outcome in outcome.services:
             result = gate.get(service_outcome.service)
             if result is None:
@@ -743,14 +735,7 @@ def execute_rollback(
                 outcome.status = "rolled back"
                 restored.append(_service_plan(service, host.name, host.address))
         if restored:
-            gate = wait_healthy(
-                restored,
-                timeout_s=project.deploy.health_timeout_s,
-                interval_s=project.deploy.health_interval_s,
-                progress=say,
-                check_info=False,
-                unit_probe=unit_probe,
-            )
+            gate = wait_restored(restored, project.deploy, say, unit_probe)
             for service_outcome in outcome.services:
                 result = gate.get(service_outcome.service)
                 if result is None:
@@ -767,6 +752,21 @@ def execute_rollback(
         if not report.ok:
             break
     return report
+
+
+def wait_restored(
+    restored: list[ServicePlan], settings, say: Progress | None, unit_probe: UnitProbe | None
+) -> dict[str, GateResult]:
+    """Health of services put back on an older release: /health only, since their
+    /server_info is the old release's, not this rollout's."""
+    return wait_healthy(
+        restored,
+        timeout_s=settings.health_timeout_s,
+        interval_s=settings.health_interval_s,
+        progress=say,
+        check_info=False,
+        unit_probe=unit_probe,
+    )
 
 
 def _service_plan(service: Service, host: str, address: str) -> ServicePlan:
