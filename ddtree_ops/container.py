@@ -21,7 +21,7 @@ from . import knowledge
 from .config import Host
 from .exceptions import ConfigError, DdtreeOpsError, HostError
 from .probe import MANIFEST_SCRIPT
-from .lab.image import LAB_IMAGE as LAB_BASE_IMAGE  # Debian bookworm, Python 3.11, built without a registry
+from .lab.image import LAB_ROOTFS_IMAGE as LAB_BASE_IMAGE  # Debian bookworm, Python 3.11, built without a registry
 from .state import repo_root
 
 IMAGE_REPO = "ddtree-engine"
@@ -37,6 +37,36 @@ def docker_sdk():
     except ImportError:
         return None
     return docker if hasattr(docker, "from_env") else None
+
+
+def image_present_here(tag: str) -> bool:
+    """Whether this machine's Docker already has `tag` (tags are lock hashes: present = up to date)."""
+    proc = subprocess.run(["docker", "image", "inspect", tag], capture_output=True, check=False)
+    return proc.returncode == 0
+
+
+def base_python_version(cpu_base: str = LAB_BASE_IMAGE) -> str:
+    """The Python (`3.11`) of the CPU flavour's base image: reference locks for images are made for it."""
+    tag = _image_python_tag(cpu_base)
+    if tag is None:
+        raise ConfigError(f"the Python version of the base image {cpu_base} is unknown to ddtree-ops")
+    return f"{tag[2]}.{tag[3:]}"
+
+
+def ensure_engine_image(lock, wheelhouse_tar: Path, on_progress: Callable[[str], None] = lambda line: None) -> tuple[str, bool]:
+    """The engine image of `lock` on this machine: (tag, built now?). Built from the wheelhouse unless present.
+
+    Raises:
+        ConfigError / DdtreeOpsError: as render_dockerfile and build_image do.
+    """
+    tag = image_tag(lock)
+    if image_present_here(tag):
+        return tag, False
+    if flavour_of(lock) == "cpu" and not image_present_here(LAB_BASE_IMAGE):
+        from .lab.image import ensure_image as ensure_lab_image
+
+        ensure_lab_image()  # builds the Debian root filesystem image the CPU flavour starts from
+    return build_image(lock, render_dockerfile(lock, wheelhouse_tar=wheelhouse_tar), on_progress), True
 
 
 def image_tag(lock) -> str:
@@ -175,32 +205,10 @@ def build_image(
     return tag
 
 
-def docker_run_argv(
-    tag: str,
-    name: str,
-    serve_args: list[str],
-    gpu_uuids: list[str] = (),
-    env_file: str | None = None,
-    read_only_paths: list[str] = (),
-) -> list[str]:
-    """The `docker run` a systemd unit's ExecStart uses to serve from the image (foreground, removed on stop).
-
-    Host networking keeps the service's port and /health where deploy and healthcheck expect them;
-    GPUs are pinned by UUID, like the venv units' CUDA_VISIBLE_DEVICES; model directories are mounted read-only.
-    """
-    argv = ["docker", "run", "--rm", "--name", name, "--network", "host", "--init"]
-    if gpu_uuids:
-        # The quotes are part of the value: docker reads --gpus as CSV, and a device list contains commas.
-        argv += ["--gpus", '"device=' + ",".join(gpu_uuids) + '"']
-    if env_file:
-        argv += ["--env-file", env_file]
-    for path in read_only_paths:
-        argv += ["-v", f"{path}:{path}:ro"]
-    return argv + [tag, "serve", *serve_args]
-
-
-def ship_image(host: Host, tag: str, timeout_s: float = 3600) -> None:
+def ship_image(host: Host, tag: str, timeout_s: float = 3600) -> bool:
     """`docker save TAG | ssh HOST docker load`, skipped when the host already has the tag.
+
+    Streamed: neither side writes the (GB-sized) archive to disk. Returns whether it loaded the image.
 
     Raises:
         HostError: the host is unreachable, has no Docker, or the load failed.
@@ -211,7 +219,7 @@ def ship_image(host: Host, tag: str, timeout_s: float = 3600) -> None:
         host, f"docker image inspect {tag} >/dev/null 2>&1 && echo present || echo absent", timeout_s=60
     )
     if check.stdout.strip() == "present":
-        return
+        return False
     save = subprocess.Popen(["docker", "save", tag], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         load = subprocess.run(ssh_argv(host, "docker load"), stdin=save.stdout, capture_output=True, text=True, timeout=timeout_s)
@@ -223,3 +231,4 @@ def ship_image(host: Host, tag: str, timeout_s: float = 3600) -> None:
         raise DdtreeOpsError(f"docker save {tag} failed here: {save_err.strip()}")
     if load.returncode != 0:
         raise HostError(f"host {host.name}: docker load failed: {(load.stderr or load.stdout).strip()[-400:]} (is Docker installed there?)")
+    return True

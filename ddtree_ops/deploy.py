@@ -372,7 +372,7 @@ def stored_manifest_gate(project: Project) -> EnvGate:
 
     def gate(host_name: str) -> str | None:
         try:
-            return read_env_verdict(project.host(host_name)).refusal()
+            return read_env_verdict(project.host(host_name), mode=project.engine.install.mode).refusal()
         except HostError as err:
             return f"host {host_name!r}: cannot read its engine environment's ABI manifest: {err}"
 
@@ -463,6 +463,7 @@ def execute_deploy(
             report_dir = Path(tmp)
             extravars = {
                 "ddtree_deploy_id": deploy_id,
+                "ddtree_deploy_runtime": plan.project.engine.install.mode,
                 "ddtree_deploy_services": [s.spec.as_vars() for s in host_plan.services],
                 "ddtree_deploy_report_dir": str(report_dir),
             }

@@ -15,7 +15,7 @@ import httpx
 
 from .config import Host, Project, Service
 from .exceptions import ConfigError, HostError
-from .manifest import EnvVerdict, env_of_state, read_env_verdict
+from .manifest import EnvVerdict, env_of_state, read_env_verdict, state_key
 from .metrics_text import GENERATION_TOKENS, SPEC_ACCEPT_LENGTH, MetricsParseError
 from .remote import STATE_PATH, HostFacts, ServiceClient, UnitState, query_host, service_url, unit_name
 
@@ -320,9 +320,10 @@ def run_healthcheck(
         names = [s.name for h, s in pairs if h.name == host.name]
         say(f"{host.name}: querying {', '.join(unit_name(n) for n in names)} over SSH")
         facts = query_host(host, names, timeout_s=timeout_s)
-        env = env_of_state(facts.state)
+        mode = project.engine.install.mode
+        env = env_of_state(facts.state, mode)
         if env is None:
-            return facts, EnvVerdict(host.name, None, "missing", problem=f"no env recorded in {STATE_PATH}")
+            return facts, EnvVerdict(host.name, None, "missing", problem=f"no {state_key(mode)} recorded in {STATE_PATH}")
         return facts, read_env_verdict(host, env, timeout_s=timeout_s)
 
     def http_task(host: Host, service: Service) -> HttpFacts:

@@ -243,9 +243,17 @@ class EnvVerdict:
         }
 
 
-def env_of_state(state: object) -> str | None:
-    """The env path provision recorded in a host's state.json (parsed), or None."""
-    env = state.get("env") if isinstance(state, dict) else None
+def state_key(mode: str) -> str:
+    """Where provision records what it built in state.json: `env` (a venv) or `image` (container mode).
+
+    Both records carry `path`, the directory on the host that holds the stored ABI manifest.
+    """
+    return "image" if mode == "container" else "env"
+
+
+def env_of_state(state: object, mode: str = "venv") -> str | None:
+    """The env (or image) directory provision recorded in a host's state.json (parsed), or None."""
+    env = state.get(state_key(mode)) if isinstance(state, dict) else None
     path = env.get("path") if isinstance(env, dict) else None
     return path if isinstance(path, str) and path else None
 
@@ -264,7 +272,7 @@ def verdict_from_text(host_name: str, env: str, text: str) -> EnvVerdict:
     return EnvVerdict(host_name, env, "ok" if manifest.ok else "failed", manifest)
 
 
-def read_env_verdict(host: Host, env: str | None = None, timeout_s: float = 30.0) -> EnvVerdict:
+def read_env_verdict(host: Host, env: str | None = None, timeout_s: float = 30.0, mode: str = "venv") -> EnvVerdict:
     """Read (never run) the manifest stored beside `env`, by default the env named in the host's state.json.
 
     Raises:
@@ -275,10 +283,10 @@ def read_env_verdict(host: Host, env: str | None = None, timeout_s: float = 30.0
     if env is None:
         state_text = ssh_run(host, f"cat {STATE_PATH} 2>/dev/null || true", timeout_s)
         try:
-            env = env_of_state(json.loads(state_text)) if state_text.strip() else None
+            env = env_of_state(json.loads(state_text), mode) if state_text.strip() else None
         except json.JSONDecodeError:
             env = None
         if env is None:
-            return EnvVerdict(host.name, None, "missing", problem=f"no env recorded in {STATE_PATH}")
+            return EnvVerdict(host.name, None, "missing", problem=f"no {state_key(mode)} recorded in {STATE_PATH}")
     text = ssh_run(host, f"cat {shlex.quote(stored_path(env))} 2>/dev/null || true", timeout_s)
     return verdict_from_text(host.name, env, text)

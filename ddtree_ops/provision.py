@@ -1,9 +1,12 @@
 """`provision`: read each host's facts, resolve its lock, build the wheelhouse here, build the env there.
 
-The env `/opt/ddtree/envs/<lock short hash>` is immutable: a host whose env is already complete
-is left alone (Ansible reports changed=0 and the report says "up to date"). Every run then verifies
-the env with the ABI manifest script and stores the result as `<env>/abi-manifest.json`, which
-`deploy` reads before it touches the host.
+venv mode: the env `/opt/ddtree/envs/<lock short hash>` is immutable: a host whose env is already
+complete is left alone (Ansible reports changed=0 and the report says "up to date").
+Container mode: the engine image `ddtree-engine:<lock short hash>` is built here from the same
+wheelhouse, each host's Docker Engine is started, the image is streamed to hosts that lack it
+(`docker save | ssh docker load`), and `/opt/ddtree/images/<lock short hash>/` records it.
+Every run then verifies the env (in the image, on the host) with the ABI manifest script and stores
+the result as `abi-manifest.json` in that directory, which `deploy` reads before it touches the host.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from .probe import MANIFEST_SCRIPT
 FACTS_TASK = "Read the host's Python, architecture and OS"
 MANIFEST_TASK = "Verify the environment's ABI and keep its manifest beside it"
 ENVS_DIR = "/opt/ddtree/envs"
+IMAGES_DIR = "/opt/ddtree/images"
+DOCKER_ENGINE_PLAYBOOK = "container_engine.yml"
 LAB_MODELS_IN_ENGINE = "src/ddtree_engine/lab_models"
 
 
@@ -31,20 +36,22 @@ LAB_MODELS_IN_ENGINE = "src/ddtree_engine/lab_models"
 class HostProvision:
     host: str
     address: str
-    status: str  # "provisioned" (the env was built now) | "up to date"
-    env: str
+    status: str  # "provisioned" (the env was built or the image loaded now) | "up to date"
+    env: str  # the env dir (venv mode) or the image's record dir (container mode)
     lock_hash: str
     python: str
     changed: int  # Ansible's changed count for this host
     manifest: str  # "ok" | "failed: <check>, <check>"
     manifest_failures: list[str]  # "<check> — <reason> (<class>)" per failed check
+    image: str | None = None  # container mode: the engine image's tag
 
     @property
     def manifest_ok(self) -> bool:
         return self.manifest == "ok"
 
     def line(self) -> str:
-        return f"{self.host}: {self.status} (env {self.env.rsplit('/', 1)[-1]}), ABI manifest {self.manifest}"
+        what = f"image {self.image}" if self.image else f"env {self.env.rsplit('/', 1)[-1]}"
+        return f"{self.host}: {self.status} ({what}), ABI manifest {self.manifest}"
 
 
 @dataclass(frozen=True)
@@ -137,10 +144,17 @@ def check_supported(project: Project) -> None:
     """Refuse what this provision cannot do yet, before any host is touched."""
     if project.engine.backend == "sglang":
         raise ConfigError(SGLANG_NOT_YET)
-    if project.engine.install.mode != "venv":
-        raise ConfigError(
-            f"engine.install.mode {project.engine.install.mode!r} is not yet supported by provision; use 'venv'"
-        )
+    if project.engine.install.mode == "container":
+        from .container import docker_sdk
+        from .lab.docker import engine_answers
+
+        if docker_sdk() is None:
+            raise ConfigError("engine.install.mode container builds the engine image here with the Docker SDK: pip install docker")
+        if not engine_answers():
+            raise ConfigError(
+                "engine.install.mode container builds the engine image on this machine, but no Docker Engine answers here "
+                "(`docker info` failed): start Docker, or set engine.install.mode: venv"
+            )
 
 
 def provision(
@@ -149,6 +163,7 @@ def provision(
     *,
     resolve: Callable[[Project, Host, dict], Lock] = resolve_lock,
     log_dir: Path | None = None,
+    on_progress: Callable[[str], None] = lambda line: None,
 ) -> ProvisionReport:
     """Build (or confirm) each host's engine environment.
 
@@ -157,6 +172,7 @@ def provision(
         hosts: the hosts to provision (already checked against the project).
         resolve: facts → lock (the seam the GPU resolver replaces).
         log_dir: where the Ansible logs go (default: the state dir).
+        on_progress: container mode: the image build's output lines.
     Returns:
         a ProvisionReport with one row per host.
     Raises:
@@ -175,16 +191,28 @@ def provision(
         timings[name] = round(now - clock, 1)
         clock = now
 
+    container_mode = project.engine.install.mode == "container"
     facts = read_facts(project, hosts)
     lap("facts")
     locks: dict[str, Lock] = {}
     for host in hosts:
         if host.name not in facts:
             raise ConfigError(f"host {host.name}: no facts came back; see the Ansible log")
-        locks[host.name] = resolve(project, host, facts[host.name])
+        host_facts = facts[host.name]
+        if container_mode:
+            from .container import base_python_version
+
+            # The env lives in the image: its Python, not the host's, decides the wheels.
+            host_facts = {**host_facts, "python_version": base_python_version()}
+        locks[host.name] = resolve(project, host, host_facts)
     lap("resolve")
     tarballs = {lock.short_hash: ensure_wheelhouse(lock) for lock in locks.values()}
     lap("wheelhouse")
+    image_tags: dict[str, str] = {}
+    loaded: set[str] = set()
+    engine_changed: dict[str, int] = {}
+    if container_mode:
+        image_tags, loaded, engine_changed = _ship_images(project, hosts, locks, tarballs, lap, log_dir, on_progress)
 
     extravars = {
         "ddtree_provision_locks": {
@@ -194,11 +222,15 @@ def provision(
                 "python_tag": lock.python_tag,
                 "wheelhouse_tar": str(tarballs[lock.short_hash]),
                 "manifest_args": manifest_args(project.engine.backend, lock_pins(lock.requirements)),
+                "image_tag": image_tags.get(lock.short_hash, ""),
+                "docker_gpus": bool(project.host(name).gpus),
             }
             for name, lock in locks.items()
         },
+        "ddtree_provision_mode": project.engine.install.mode,
         "ddtree_provision_python": project.engine.install.python,
         "ddtree_provision_envs_dir": ENVS_DIR,
+        "ddtree_provision_images_dir": IMAGES_DIR,
         "ddtree_provision_manifest_script": str(MANIFEST_SCRIPT),
         # Real model paths are checked by deploy's health gate; the `lab` pair can be checked now.
         "ddtree_provision_verify_generate": verify_lab_generation(project),
@@ -223,7 +255,7 @@ def provision(
     rows = []
     for host in hosts:
         lock = locks[host.name]
-        changed = result.hosts[host.name].changed
+        changed = result.hosts[host.name].changed + engine_changed.get(host.name, 0) + (host.name in loaded)
         if host.name not in manifests:
             raise HostError(f"host {host.name}: the ABI manifest task reported nothing; see {result.log_path}")
         manifest = manifests[host.name]
@@ -232,12 +264,13 @@ def provision(
                 host=host.name,
                 address=host.address,
                 status="provisioned" if changed else "up to date",
-                env=f"{ENVS_DIR}/{lock.short_hash}",
+                env=f"{IMAGES_DIR if container_mode else ENVS_DIR}/{lock.short_hash}",
                 lock_hash=lock.hash,
                 python=lock.python_tag,
                 changed=changed,
                 manifest="ok" if manifest.ok else "failed: " + ", ".join(c.name for c in manifest.failures),
                 manifest_failures=manifest.failure_lines(),
+                image=image_tags.get(lock.short_hash),
             )
         )
     return ProvisionReport(
@@ -246,3 +279,23 @@ def provision(
         log_path=str(result.log_path),
         timings_s=timings,
     )
+
+
+def _ship_images(project, hosts, locks, tarballs, lap, log_dir, on_progress) -> tuple[dict[str, str], set[str], dict[str, int]]:
+    """Container mode: build each lock's image here, start Docker on the hosts, stream the image to those without it.
+
+    Returns (short hash -> tag, hosts the image was loaded on now, host -> Ansible's changed count).
+    """
+    from .container import ensure_engine_image, ship_image
+
+    tags: dict[str, str] = {}
+    for lock in locks.values():
+        if lock.short_hash not in tags:
+            tags[lock.short_hash], _ = ensure_engine_image(lock, tarballs[lock.short_hash], on_progress)
+    lap("image")
+    engine_vars = {"ddtree_provision_locks": {name: {"docker_gpus": bool(project.host(name).gpus)} for name in locks}}
+    result = run_playbook(DOCKER_ENGINE_PLAYBOOK, project, hosts, engine_vars, log_dir=log_dir)
+    lap("docker_engine")
+    loaded = {host.name for host in hosts if ship_image(host, tags[locks[host.name].short_hash])}
+    lap("ship")
+    return tags, loaded, {name: outcome.changed for name, outcome in result.hosts.items()}

@@ -95,6 +95,33 @@ def gpu_uuids(service: Service, host: Host) -> list[str]:
     return [host.gpus[i] for i in service.gpus]
 
 
+def container_name(service: str) -> str:
+    """The name of the service's container in container mode (`docker ps`, `docker logs`)."""
+    return f"ddtree-{service}"
+
+
+def container_run_args(service: Service, host: Host, engine: Engine, env_names: list[str]) -> list[str]:
+    """The `docker run` flags between the container's name and the image, for container mode.
+
+    Host networking keeps the port and /health where deploy and healthcheck look; the service's
+    environment passes through by name from the unit (`-e NAME`, the values stay in the 0600 env
+    file, out of the command line); GPUs by UUID like the venv units (all of them when the host lists
+    GPUs and the service pins none); model directories are mounted read-only at the same paths.
+    """
+    args = ["--network", "host", "--init"]
+    for name in env_names:
+        args += ["-e", name]
+    uuids = gpu_uuids(service, host)
+    if uuids:
+        # The quotes are part of the value: docker reads --gpus as CSV and a device list has commas.
+        args += ["--gpus", '"device=' + ",".join(uuids) + '"']
+    elif host.gpus:
+        args += ["--gpus", "all"]
+    for path in dict.fromkeys(p for p in (engine.target, engine.draft) if p.startswith("/")):
+        args += ["-v", f"{path}:{path}:ro"]
+    return args
+
+
 def unit_environment(uuids: list[str]) -> dict[str, str]:
     """`Environment=` entries of the unit: GPU pinning by UUID, in PCI order so indexes match nvidia-smi."""
     if not uuids:
@@ -146,6 +173,8 @@ class UnitSpec:
     serve_args: list[str]
     unit_environment: dict[str, str] = field(default_factory=dict)
     env_file: dict[str, str] = field(default_factory=dict)
+    runtime: str = "venv"  # venv | container (engine.install.mode)
+    container_args: list[str] = field(default_factory=list)
 
     @property
     def unit(self) -> str:
@@ -169,6 +198,9 @@ class UnitSpec:
             "serve_args_quoted": [systemd_quote(a) for a in self.serve_args],
             "unit_environment": [f"{systemd_quote(f'{k}={v}')}" for k, v in self.unit_environment.items()],
             "env_file_lines": [f"{k}={env_file_quote(v)}" for k, v in self.env_file.items()],
+            "runtime": self.runtime,
+            "container_name": container_name(self.service),
+            "container_args_quoted": [systemd_quote(a) for a in self.container_args],
         }
 
 
@@ -176,6 +208,8 @@ def unit_spec(
     service: Service, host: Host, engine: Engine, *, metrics_log_interval: int, api_key: str | None = None
 ) -> UnitSpec:
     """The unit and env-file values of `service` on `host`."""
+    env_file = env_file_values(service, api_key=api_key)
+    container = engine.install.mode == "container"
     return UnitSpec(
         service=service.name,
         algorithm=service.algorithm,
@@ -183,8 +217,11 @@ def unit_spec(
         budget=service.budget,
         topk=service.topk,
         serve_args=serve_args(service, engine, metrics_log_interval=metrics_log_interval),
-        unit_environment=unit_environment(gpu_uuids(service, host)),
-        env_file=env_file_values(service, api_key=api_key),
+        # In a container the GPUs are chosen by `--gpus`; CUDA inside sees only those.
+        unit_environment={} if container else unit_environment(gpu_uuids(service, host)),
+        env_file=env_file,
+        runtime=engine.install.mode,
+        container_args=container_run_args(service, host, engine, list(env_file)) if container else [],
     )
 
 
@@ -206,11 +243,15 @@ def role_defaults() -> dict:
     return yaml.safe_load((ROLE_DIR / "defaults" / "main.yml").read_text())
 
 
-def render_unit(spec: UnitSpec, env_path: str, **overrides) -> str:
-    """The unit text the role writes, rendered locally (for tests and `--plan` style previews)."""
+def render_unit(spec: UnitSpec, env_path: str, image: str = "", **overrides) -> str:
+    """The unit text the role writes, rendered locally (for tests and `--plan` style previews).
+
+    `env_path` is the venv (venv mode), `image` the engine image's tag (container mode).
+    """
     variables = {
         **role_defaults(),
         "ddtree_deploy_engine_env": env_path,
+        "ddtree_deploy_engine_image": image,
         "ddtree_deploy_service": spec.as_vars(),
         **overrides,
     }

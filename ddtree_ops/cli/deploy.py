@@ -122,3 +122,29 @@ def rollback(ctx, services_, hosts_, json_):
     if not report.ok:
         click.echo(f"error: {report.failure}", err=True)
         ctx.exit(1)
+
+
+@cli.command()
+@click.option("--services", "services_", default=None, metavar="A,B", help="Only these services (default: all).")
+@click.option("--hosts", "hosts_", default=None, metavar="H1,H2", help="Only these hosts (default: all).")
+@json_option
+@click.pass_context
+def undeploy(ctx, services_, hosts_, json_):
+    """Stop, disable and remove services from hosts, one host at a time.
+
+    Their releases stay on disk; the engine env (or image) stays until provision replaces it.
+    """
+    from ..undeploy import execute_undeploy
+
+    project = project_from(ctx)
+    report = execute_undeploy(
+        project, services=_names(services_, "--services"), hosts=_names(hosts_, "--hosts"), progress=_progress
+    )
+    if json_:
+        emit_json(report.to_dict())
+    else:
+        for row in report.hosts:
+            click.echo(f"{row.host}: removed {', '.join(row.services)} (changed {row.changed})" if not row.error else f"{row.host}: failed")
+    if not report.ok:
+        click.echo(f"error: {report.failure}", err=True)
+        ctx.exit(1)

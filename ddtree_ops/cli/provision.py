@@ -29,16 +29,18 @@ def provision(
     """Build /opt/ddtree/envs/<lock-hash> on each host (all hosts when none are named).
 
     The wheelhouse is built on this machine, so hosts need no network. A host whose
-    environment is already complete is left alone and reported "up to date". Every
-    environment is then verified on its host (ABI manifest, stored beside it); a failed
-    manifest exits 1 and `deploy` refuses that host.
+    environment is already complete is left alone and reported "up to date". With
+    engine.install.mode container, the image ddtree-engine:<lock-hash> is built here
+    from that wheelhouse and streamed to each host's Docker instead. Every environment
+    is then verified on its host (ABI manifest, stored beside it); a failed manifest
+    exits 1 and `deploy` refuses that host.
     """
     project = project_from(ctx)
     hosts = project.select_hosts(host_names)  # unknown names: ConfigError (exit 2) before any host is touched
     if handle_plan(ctx, project, hosts, plan, facts_file, gpu_archs, json_):
         return
     provisioning.check_supported(project)
-    report = provisioning.provision(project, hosts)
+    report = provisioning.provision(project, hosts, on_progress=lambda line: click.echo(f"  docker build | {line}", err=True))
     if json_:
         emit_json(report.to_dict())
     else:
@@ -49,12 +51,13 @@ def provision(
 
 def _render(report: provisioning.ProvisionReport) -> None:
     table = Table(title="provision", title_justify="left")
-    for column in ("host", "address", "status", "env", "python", "changed", "ABI manifest"):
+    container_mode = any(row.image for row in report.hosts)
+    for column in ("host", "address", "status", "image" if container_mode else "env", "python", "changed", "ABI manifest"):
         table.add_column(column)
     for row in report.hosts:
         status = f"[green]{row.status}[/green]" if row.status == "up to date" else f"[cyan]{row.status}[/cyan]"
         manifest = f"[green]{row.manifest}[/green]" if row.manifest_ok else f"[red]{row.manifest}[/red]"
-        table.add_row(row.host, row.address, status, row.env, row.python, str(row.changed), manifest)
+        table.add_row(row.host, row.address, status, row.image or row.env, row.python, str(row.changed), manifest)
     Console().print(table)
     for row in report.hosts:
         click.echo(row.line())

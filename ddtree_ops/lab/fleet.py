@@ -29,9 +29,12 @@ CONFIG_NAME = "ddtree.yaml"
 MAX_HOSTS = 16
 
 # systemd as PID 1 without --privileged: it needs to manage cgroups and mount tmpfs on /run.
+# NET_ADMIN and no AppArmor profile let a host run its own Docker Engine (container mode).
 RUN_FLAGS = [
     "--cap-add", "SYS_ADMIN",
+    "--cap-add", "NET_ADMIN",
     "--security-opt", "seccomp=unconfined",
+    "--security-opt", "apparmor=unconfined",
     "--cgroupns=host",
     "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
     "--tmpfs", "/run",
@@ -77,6 +80,11 @@ def host_name(index: int) -> str:
     return f"lab-{index}"
 
 
+def docker_volume(index: int) -> str:
+    """The host's /var/lib/docker: a volume, because overlay2 cannot stack on the container's own overlay."""
+    return f"ddtree-lab-{index}-docker"
+
+
 def _lab_containers() -> list[str]:
     out = docker("ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}").stdout
     return sorted(n for n in out.split() if n)
@@ -102,14 +110,18 @@ def _ensure_network() -> None:
 def _ensure_container(index: int) -> None:
     name = container_name(index)
     info = _inspect(name)
+    if info is not None and (info.get("Config") or {}).get("Image") != LAB_IMAGE:
+        docker("rm", "-f", name)  # made from an older lab image: hosts must look like the current one
+        info = None
     if info is not None and info["State"]["Running"]:
         return
     if info is not None:
         docker("start", name)
         return
+    docker("volume", "create", "--label", LABEL, docker_volume(index))
     docker(
         "run", "-d", "--name", name, "--hostname", host_name(index), "--network", NETWORK,
-        "--label", LABEL, *RUN_FLAGS, LAB_IMAGE,
+        "--label", LABEL, *RUN_FLAGS, "-v", f"{docker_volume(index)}:/var/lib/docker", LAB_IMAGE,
     )  # fmt: skip
 
 
@@ -295,6 +307,10 @@ def down(lab_dir: Path | None = None) -> list[str]:
     if containers:
         docker("rm", "-f", *containers)
         removed += containers
+    volumes = [v for v in docker("volume", "ls", "-q", "--filter", f"label={LABEL}").stdout.split() if v]
+    for volume in volumes:
+        docker("volume", "rm", "-f", volume)
+        removed.append(f"volume {volume}")
     if docker("network", "inspect", NETWORK, check=False).returncode == 0:
         docker("network", "rm", NETWORK)
         removed.append(f"network {NETWORK}")

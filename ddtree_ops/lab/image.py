@@ -12,7 +12,9 @@ from ..state import cache_dir, repo_root
 from .docker import docker
 
 # Bump with docker/lab/Dockerfile or build-image.sh changes that hosts must see.
-LAB_IMAGE = "ddtree-lab:bookworm-1"
+LAB_IMAGE = "ddtree-lab:bookworm-2"
+# The plain Debian root filesystem under it (python3 + venv, no systemd set-up): the CPU engine image's base.
+LAB_ROOTFS_IMAGE = "ddtree-lab-base:bookworm-v1"
 BUILD_SCRIPT = "docker/lab/build-image.sh"
 
 

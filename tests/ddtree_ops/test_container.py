@@ -27,7 +27,7 @@ def test_cu130_lock_renders_from_nvidia_cuda_with_the_lock_steps_in_order(tmp_pa
     wheel.write_bytes(b"")
     ctx = container.render_dockerfile(lock, engine_wheel=wheel)
     text = ctx.dockerfile
-    assert text.splitlines()[1] == "FROM nvidia/cuda:13.0.1-runtime-ubuntu24.04"
+    assert text.splitlines()[1] == "FROM nvidia/cuda:13.0.1-runtime-ubuntu24.04 AS runtime"
     assert "assert 'cp' + v == 'cp312'" in text
     runs = [l for l in text.splitlines() if l.startswith(f"RUN {container.ENV_DIR}/bin/pip ")]
     assert "torch==2.14.1" in runs[0] and "--no-deps" not in runs[0]
@@ -52,23 +52,23 @@ def test_python_of_the_base_image_must_match_the_lock():
         container.render_dockerfile(lock, engine_wheel=Path("e.whl"))
 
 
-def test_wheelhouse_build_is_offline(tmp_path):
+def test_wheelhouse_build_is_offline_and_leaves_the_wheels_in_a_build_stage(tmp_path):
     tar = tmp_path / "wheelhouse.tar"
     tar.write_bytes(b"")
     text = container.render_dockerfile(cuda_lock("h200"), wheelhouse_tar=tar).dockerfile
     assert "pip install --no-index --find-links /tmp/wheelhouse -r /tmp/wheelhouse/requirements.txt" in text
     assert "download.pytorch.org" not in text and "--index-url" not in text
+    stages = [l for l in text.splitlines() if l.startswith("FROM ")]
+    assert stages == ["FROM nvidia/cuda:13.0.1-runtime-ubuntu24.04 AS runtime", "FROM runtime AS build", "FROM runtime"]
+    final_stage = text.split("\nFROM runtime\n", 1)[1]
+    assert "wheelhouse" not in final_stage and f"COPY --from=build {container.ENV_DIR} {container.ENV_DIR}" in final_stage
 
 
-def test_docker_run_argv_pins_gpus_by_uuid_and_mounts_models_read_only():
-    argv = container.docker_run_argv(
-        "ddtree-engine:abc", "ddtree-tree", ["--port", "30001"], ["GPU-a", "GPU-b"], "/etc/ddtree/tree.env", ["/models/q"]
-    )
-    assert argv[:8] == ["docker", "run", "--rm", "--name", "ddtree-tree", "--network", "host", "--init"]
-    assert argv[argv.index("--gpus") + 1] == '"device=GPU-a,GPU-b"'
-    assert argv[argv.index("--env-file") + 1] == "/etc/ddtree/tree.env" and "/models/q:/models/q:ro" in argv
-    assert argv[-4:] == ["ddtree-engine:abc", "serve", "--port", "30001"]
-    assert "--gpus" not in container.docker_run_argv("t", "n", [])
+def test_cpu_flavour_starts_from_the_plain_debian_root_filesystem_not_the_lab_host_image(tmp_path):
+    from ddtree_ops.lab.image import LAB_IMAGE, LAB_ROOTFS_IMAGE
+
+    assert container.base_image(object()) == LAB_ROOTFS_IMAGE != LAB_IMAGE
+    assert container.base_python_version() == "3.11"
 
 
 @pytest.mark.lab
@@ -86,7 +86,7 @@ def test_cpu_flavour_builds_a_real_image_from_the_lab_lock():
             "services": [{"name": "baseline", "algorithm": "dflash", "port": 30000}],
         }
     )
-    ensure_image()  # the CPU flavour starts from the lab's image (no registry needed)
+    ensure_image()  # builds the Debian root filesystem the CPU flavour starts from (no registry needed)
     lock = resolve_lock(project, project.hosts[0], {"python_version": "3.11.2", "architecture": "x86_64"})
     ctx = container.render_dockerfile(lock, wheelhouse_tar=ensure_wheelhouse(lock))
     lines: list[str] = []
@@ -99,13 +99,17 @@ def test_cpu_flavour_builds_a_real_image_from_the_lab_lock():
         ["docker", "run", "--rm", "--entrypoint", "cat", tag, f"{container.ENV_DIR}/abi-manifest.json"], capture_output=True, text=True, timeout=120
     )
     assert '"ok": true' in manifest.stdout
-    # The service runs from the image the way a unit's ExecStart runs it, and answers /health.
+    # The service runs from the image with the flags a container-mode unit gives it, and answers /health.
     import httpx
     import time
 
+    from ddtree_ops.units import container_run_args
+
     name = f"ddtree-image-test-{lock.short_hash}"
     port = 38123
-    argv = container.docker_run_argv(tag, name, ["--target", "lab", "--draft", "lab", "--host", "127.0.0.1", "--port", str(port)])
+    flags = container_run_args(project.services[0], project.hosts[0], project.engine, ["PYTHONUNBUFFERED"])
+    serve = ["serve", "--target", "lab", "--draft", "lab", "--host", "127.0.0.1", "--port", str(port)]
+    argv = ["docker", "run", "--rm", "--name", name, *flags, tag, *serve]
     server = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 240

@@ -284,7 +284,7 @@ def stored_manifests(monkeypatch):
     """host -> the text of its stored abi-manifest.json, read instead of over SSH (default: a passing one)."""
     texts: dict[str, str] = {}
 
-    def read(host, env=None, timeout_s=30.0):
+    def read(host, env=None, timeout_s=30.0, mode="venv"):
         return ddtree_ops.manifest.verdict_from_text(host.name, env or ENV, texts.get(host.name, MANIFEST_FIXTURE.read_text()))
 
     monkeypatch.setattr(ddtree_ops.manifest, "read_env_verdict", read)

@@ -143,10 +143,12 @@ def test_manifest_comes_from_the_manifest_task_event():
         manifest_from_event(garbled)
 
 
-def test_the_role_runs_the_manifest_task_that_provision_listens_for():
-    # The task name is the contract between the role and manifest_from_event.
-    tasks = (Path(__file__).resolve().parents[2] / "ansible" / "roles" / "ddtree_provision" / "tasks" / "main.yml").read_text()
-    assert f"- name: {MANIFEST_TASK}\n" in tasks
+@pytest.mark.parametrize("mode", ["venv", "container"])
+def test_the_role_runs_the_manifest_task_that_provision_listens_for(mode):
+    # The task name is the contract between the role and manifest_from_event, in both modes.
+    tasks_dir = Path(__file__).resolve().parents[2] / "ansible" / "roles" / "ddtree_provision" / "tasks"
+    assert f"- name: {MANIFEST_TASK}\n" in (tasks_dir / f"{mode}.yml").read_text()
+    assert '"{{ ddtree_provision_mode }}.yml"' in (tasks_dir / "main.yml").read_text()
 
 
 # ---- bad input: exit 2, the key named, no host touched -------------------------------------------
@@ -202,11 +204,13 @@ def test_provision_refuses_an_unknown_host_name(tmp_path):
 @pytest.mark.parametrize(
     "engine_change, message",
     [
-        ({"install": {"mode": "container"}}, "install.mode 'container'"),
+        ({"install": {"mode": "container"}}, "no Docker Engine answers here"),
         ({"backend": "sglang"}, "engine.backend 'sglang' is not yet supported"),
     ],
 )
-def test_provision_refuses_what_it_cannot_do_yet_before_touching_hosts(tmp_path, engine_change, message):
+def test_provision_refuses_what_it_cannot_do_yet_before_touching_hosts(tmp_path, monkeypatch, engine_change, message):
+    # Container mode builds its image here: with no Docker Engine to talk to, nothing may start.
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
     doc = json.loads(json.dumps(GOOD))
     doc["engine"].update(engine_change)
     path = tmp_path / "ddtree.yaml"

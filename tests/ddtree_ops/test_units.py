@@ -187,3 +187,52 @@ def test_rendered_unit_passes_systemd_analyze_verify(tmp_path):
     unit_path.write_text(render_unit(spec_of(project(), "tree", "gpu-1"), str(tmp_path / "missing")))
     proc = subprocess.run(["systemd-analyze", "verify", str(unit_path)], check=False, capture_output=True, text=True)
     assert proc.returncode != 0 and "not executable" in proc.stderr
+
+
+def container_project():
+    return project(install={"mode": "container"})
+
+
+def test_container_unit_runs_the_engine_image_under_docker_with_gpus_by_uuid():
+    p = container_project()
+    unit = render_unit(spec_of(p, "tree", "gpu-1", api_key="s3cret"), "", image="ddtree-engine:0123456789abcdef")
+    unit_section = unit.split("[Service]")[0]
+    assert "Requires=docker.service" in unit_section and "After=docker.service" in unit_section
+    exec_line = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
+    assert exec_line == (
+        "ExecStart=/usr/bin/docker run --rm --name ddtree-tree --network host --init "
+        "-e PYTHONUNBUFFERED -e HF_HUB_OFFLINE -e DDTREE_SERVICE -e DDTREE_API_KEY "
+        f'--gpus "\\"device={UUID_B}\\"" '
+        "-v /models/qwen:/models/qwen:ro -v /models/dflash:/models/dflash:ro "
+        "ddtree-engine:0123456789abcdef serve --target /models/qwen --draft /models/dflash "
+        "--algorithm ddtree --budget 15 --topk 8 --hybrid-mode safe --host 0.0.0.0 --port 30001 "
+        '--metrics-log-interval 32 --served-model-name "qwen 27b"'
+    )
+    # Values reach the container by name from the unit's 0600 EnvironmentFile, never on a command line.
+    assert "s3cret" not in unit and "EnvironmentFile=/etc/ddtree/tree.env" in unit
+    assert "CUDA_VISIBLE_DEVICES" not in unit, "inside the container --gpus decides what CUDA sees"
+    assert "ExecStartPre=-/usr/bin/docker rm -f ddtree-tree" in unit
+    assert "ExecStop=/usr/bin/docker stop --time 55 ddtree-tree" in unit
+    assert "/opt/ddtree/envs" not in unit
+
+
+def test_container_unit_gives_all_gpus_when_the_service_pins_none_and_none_on_a_cpu_host():
+    from ddtree_ops.units import container_run_args
+
+    p = container_project()
+    unpinned = p.service("baseline").model_copy(update={"gpus": []})
+    assert container_run_args(unpinned, p.host("gpu-1"), p.engine, [])[-6:-4] == ["--gpus", "all"]
+    assert "--gpus" not in container_run_args(p.service("cpu-tree"), p.host("cpu-1"), p.engine, [])
+    lab = project(install={"mode": "container"}, target="lab", draft="lab")
+    assert "-v" not in container_run_args(lab.service("cpu-tree"), lab.host("cpu-1"), lab.engine, [])
+
+
+@pytest.mark.skipif(
+    shutil.which("systemd-analyze") is None or shutil.which("docker") is None, reason="systemd-analyze or docker missing"
+)
+def test_container_unit_passes_systemd_analyze_verify(tmp_path):
+    unit_path = tmp_path / "ddtree-cpu-tree.service"
+    unit_path.write_text(render_unit(spec_of(container_project(), "cpu-tree", "cpu-1"), "", image="ddtree-engine:abc"))
+    proc = subprocess.run(["systemd-analyze", "verify", str(unit_path)], check=False, capture_output=True, text=True)
+    complaints = [line for line in proc.stderr.splitlines() if "ddtree-cpu-tree.service" in line]
+    assert proc.returncode == 0 and not complaints, proc.stderr
