@@ -115,7 +115,8 @@ def _lock_rows(lock) -> dict[str, str]:
             "python": lock.python_tag,
             "GPU archs": ", ".join(lock.gpu_archs),
             "attention": lock.attention_backend or "",
-            "env": lock.short_hash,
+            "constraints": f"{len(lock.pins)} pins",
+            "env": lock.short_hash if not lock.blockers else f"{lock.short_hash} (not installable)",
         }
     d = lock.to_dict()
     return {"backend": d.get("backend", ""), "python": d.get("python_tag", ""), "platform": d.get("platform", ""), "env": d.get("short_hash", "")}
@@ -144,6 +145,7 @@ def render_side_by_side(results: list[PlanResult]) -> str:
             notes.append(f"{r.host}: {r.error}")
         if isinstance(r.lock, CudaLock):
             notes += [f"{r.host}: warning: {w}" for w in r.lock.warnings]
+            notes += [f"{r.host}: not installable: {b}" for b in r.lock.blockers]
     return "\n".join(lines + ([""] + notes if notes else []))
 
 

@@ -80,6 +80,8 @@ class CudaLock:
     gpu_archs: tuple[str, ...] = field(default=(), compare=False)
     attention_backend: str | None = field(default=None, compare=False)
     warnings: tuple[str, ...] = field(default=(), compare=False)
+    # Why this lock can be planned but not installed (e.g. the engine conflicts with the release's pins).
+    blockers: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def hash(self) -> str:
@@ -413,7 +415,8 @@ def resolve(
 
 
 def _other_release_hint(version: str) -> str | None:
-    others = [v for v in knowledge.releases()["releases"] if v != version]
+    # Only a release the engine can share an env with is worth suggesting.
+    others = [v for v, rel in knowledge.releases()["releases"].items() if v != version and not rel.get("engine_conflict")]
     if not others:
         return None
     other = others[0]
@@ -472,14 +475,19 @@ def _build_lock(version, rel, flavour_name, mode, facts, archs, backend, warning
             use_constraints=True,
         )
     )
-    pins = tuple(sorted(torch_pins + [kernel_pin] + fi_pins + jit_pins + extra + [f"sglang=={version}"]))
+    core = torch_pins + [kernel_pin] + fi_pins + jit_pins + extra + [f"sglang=={version}"]
     major, minor = facts.python_version.split(".")[:2]
+    python_tag = f"cp{major}{minor}"
+    machine = facts.machine or "x86_64"
+    pins, closure_warning = _constraints(version, flavour_name, python_tag, machine, core)
+    if closure_warning and not rel.get("engine_conflict"):  # with a conflict there is no closure to freeze
+        warnings = (*warnings, closure_warning)
     return CudaLock(
         backend="sglang",
         sglang_version=version,
         cuda_flavour=flavour_name,
         cuda_version=flavour["cuda"],
-        python_tag=f"cp{major}{minor}",
+        python_tag=python_tag,
         platform=_platform(rel, facts.machine),
         pins=pins,
         steps=tuple(steps),
@@ -488,4 +496,33 @@ def _build_lock(version, rel, flavour_name, mode, facts, archs, backend, warning
         gpu_archs=archs,
         attention_backend=backend,
         warnings=warnings,
+        blockers=(f"{rel['engine_conflict']} — use sglang {knowledge.releases()['default_release']}",) if rel.get("engine_conflict") else (),
     )
+
+
+def _constraints(version: str, flavour: str, python_tag: str, machine: str, core: list[str]) -> tuple[tuple[str, ...], str | None]:
+    """The frozen constraints: the committed closure of the release and the engine, with the core pins.
+
+    Returns (sorted pins, a warning when no closure was frozen for this combination).
+    Raises ConfigError when the closure contradicts a core pin (the knowledge files disagree).
+    """
+    from . import closure as closures
+
+    found = closures.load(version, flavour, python_tag, machine)
+    if found is None:
+        return tuple(sorted(core)), (
+            f"no frozen dependency closure for sglang {version} {flavour} {python_tag} {machine}: the constraints pin "
+            f"the {len(core)} core packages only and the rest may float; freeze one with `python -m ddtree_ops.closure "
+            f"freeze --release {version} --flavour {flavour} --python {python_tag} --machine {machine} --exclude-newer DATE`"
+        )
+    pins = dict(found.pins)
+    for line in core:
+        name, _, wanted = line.partition("==")
+        have = pins.get(closures.normalise(name))
+        # A local version (+cu129) or a package outside the closure (the JIT cache, from its own index) is added as is.
+        if have is not None and have != wanted and have != wanted.split("+")[0]:
+            raise ConfigError(
+                f"{found.path.name} pins {name}=={have} but sglang_releases.yaml says {wanted}: freeze the closure again"
+            )
+        pins[closures.normalise(name)] = wanted
+    return tuple(sorted(f"{name}=={v}" for name, v in pins.items())), None
