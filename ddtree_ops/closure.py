@@ -87,6 +87,12 @@ def load(release: str, flavour: str, python_tag: str, machine: str) -> Closure |
     return parse(path.read_text(), path)
 
 
+def for_lock(lock) -> Closure | None:
+    """The closure an sglang lock's constraints came from (its machine read off the wheel platform tag)."""
+    match = re.fullmatch(r"manylinux_\d+_\d+_(\w+)", lock.platform)
+    return load(lock.sglang_version, lock.cuda_flavour, lock.python_tag, match.group(1) if match else "x86_64")
+
+
 def engine_requirements() -> list[str]:
     """The engine's declared dependencies (from its pyproject.toml), which must co-install with SGLang."""
     from .wheelhouse import engine_metadata, engine_source_dir

@@ -43,6 +43,10 @@ class Host(_Strict):
 class InstallSettings(_Strict):
     mode: Literal["venv", "container"] = "venv"
     python: str = "python3"
+    # Where an sglang env's wheels come from: `wheelhouse` = downloaded on the control node for the
+    # host's platform and copied over (air-gapped hosts); `index` = the host installs from the lock's
+    # package indexes itself. Reference envs always come from the wheelhouse.
+    source: Literal["wheelhouse", "index"] = "wheelhouse"
 
 
 class Engine(_Strict):

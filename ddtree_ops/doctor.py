@@ -23,8 +23,7 @@ from pathlib import Path
 from .config import Host, Project
 from .exceptions import DdtreeOpsError, HostError
 from .probe import HostFacts, probe_host
-
-ENVS_DIR = "/opt/ddtree/envs"
+from .provision import ENVS_DIR, IMAGES_DIR
 STATUS_MARK = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
 
 
@@ -170,6 +169,9 @@ def host_checks(project: Project, host: Host, connect_timeout_s: int = 5, run_ma
     if lock is None:
         return checks + [Check(name, n, "skip", "no lock") for n in ("manifest", "drift")]
 
+    if project.engine.install.mode == "container":
+        return checks + container_host_checks(host, lock, connect_timeout_s)
+
     env = f"{ENVS_DIR}/{lock.short_hash}"
     listing = _ssh(host, f"ls -1 {shlex.quote(ENVS_DIR)} 2>/dev/null || true", timeout_s=30, connect_timeout_s=connect_timeout_s)
     present = [e for e in listing.stdout.split() if e]
@@ -183,6 +185,38 @@ def host_checks(project: Project, host: Host, connect_timeout_s: int = 5, run_ma
         checks.append(manifest_check(host, env, project.engine.backend, lock))
     checks.append(drift_check(host, env, lock, connect_timeout_s))
     return checks
+
+
+def container_host_checks(host: Host, lock, connect_timeout_s: int) -> list[Check]:
+    """Container mode: the host's Docker Engine, the lock's image on it, and the manifest provision stored for it.
+
+    There is no drift check: the image is immutable and tagged by the lock's hash.
+    """
+    from .container import image_tag
+    from .manifest import read_env_verdict
+
+    name, tag = host.name, image_tag(lock)
+    proc = _ssh(host, "systemctl is-active docker 2>&1; docker version --format '{{.Server.Version}}' 2>&1", timeout_s=30, connect_timeout_s=connect_timeout_s)
+    lines = proc.stdout.split()
+    if not lines or lines[0] != "active":
+        return [
+            Check(name, "docker", "fail", f"the Docker Engine is not running there ({' '.join(lines) or proc.stderr.strip()}): "
+                  f"install it (and nvidia-container-toolkit on GPU hosts); provision starts an installed one"),
+            Check(name, "image", "skip", "no Docker Engine"),
+            Check(name, "manifest", "skip", "no Docker Engine"),
+        ]
+    checks = [Check(name, "docker", "ok", f"Docker {lines[-1]}")]
+    inspect = _ssh(host, f"docker image inspect --format '{{{{.Id}}}}' {shlex.quote(tag)}", timeout_s=30, connect_timeout_s=connect_timeout_s)
+    if inspect.returncode != 0:
+        checks.append(Check(name, "image", "warn", f"{tag} is not on the host — run ddtree-ops provision {name}"))
+        return checks + [Check(name, "manifest", "skip", f"{tag} not loaded")]
+    checks.append(Check(name, "image", "ok", f"{tag} ({inspect.stdout.strip()[:19]})"))
+    try:
+        verdict = read_env_verdict(host, f"{IMAGES_DIR}/{lock.short_hash}", timeout_s=30, mode="container")
+    except HostError as err:
+        return checks + [Check(name, "manifest", "fail", str(err))]
+    status = "ok" if verdict.ok else "fail"
+    return checks + [Check(name, "manifest", status, verdict.manifest.summary() if verdict.manifest else (verdict.problem or verdict.status))]
 
 
 def describe_facts(facts: HostFacts) -> str:
@@ -203,6 +237,8 @@ def resolve_for_doctor(project: Project, host: Host, facts: HostFacts):
     if result.refusal:
         return None, Check(host.name, "lock", "fail", result.refusal.message)
     lock = result.lock
+    if getattr(lock, "blockers", ()):
+        return None, Check(host.name, "lock", "fail", "; ".join(lock.blockers))
     detail = f"env {lock.short_hash}"
     if getattr(lock, "cuda_flavour", None):
         detail += f" (sglang {lock.sglang_version}, {lock.cuda_flavour}, {lock.driver_mode})"

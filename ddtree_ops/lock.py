@@ -1,8 +1,8 @@
 """The lock: exactly what one host's engine environment contains, and its hash (the env's name).
 
-`resolve_lock(project, host, facts)` is the seam between host facts and what gets installed.
-The reference backend resolves to a CPU lock here; the sglang backend's CUDA-ABI resolution
-(driver, GPU architecture, CUDA flavour, kernel wheels) plugs in at the marked branch.
+`resolve_lock(project, host, facts)` is the seam between host facts and what gets installed for the
+reference backend (a CPU lock). The sglang backend's CUDA-ABI resolution (driver, GPU architecture,
+CUDA flavour, kernel wheels) is `ddtree_ops.resolve.resolve`, from the host's probe.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from .exceptions import ConfigError
 # The hosts this resolver supports: glibc ≥ 2.28 on x86_64 (Debian 10+, Ubuntu 20.04+, RHEL 8+).
 REFERENCE_PLATFORM = "manylinux_2_28_x86_64"
 SHORT_HASH_LEN = 16
-SGLANG_NOT_YET = (
-    "provision for engine.backend 'sglang' is not yet supported (GPU/CUDA-ABI resolution is the next "
-    "issue); use engine.backend: reference for now"
+SGLANG_FROM_PROBE = (
+    "resolve_lock makes reference locks from Ansible's facts; an sglang lock needs the host's probe "
+    "(driver, GPUs): use ddtree_ops.resolve.resolve, as provision does"
 )
 
 
@@ -78,8 +78,7 @@ def resolve_lock(project: Project, host: Host, facts: dict) -> Lock:
         ConfigError: the backend or the host's platform is not supported (says which and why).
     """
     if project.engine.backend == "sglang":
-        # The CUDA-ABI resolver (driver → CUDA flavour → torch / sgl-kernel / flashinfer) goes here.
-        raise ConfigError(SGLANG_NOT_YET)
+        raise ConfigError(SGLANG_FROM_PROBE)
     arch = facts.get("architecture")
     if arch != "x86_64":
         raise ConfigError(

@@ -75,6 +75,10 @@ def plan_provision(project: Project, host: Host, facts: HostFacts, facts_source:
     from .lock import resolve_lock
 
     legacy_facts = {"python_version": facts.python_version, "architecture": facts.machine}
+    if project.engine.install.mode == "container":
+        from .container import base_python_version
+
+        legacy_facts["python_version"] = base_python_version()  # the env lives in the image
     return PlanResult(host.name, facts_source, facts, resolve_lock(project, host, legacy_facts), None)
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from .ansible import run_playbook
 from .config import Host, Project
 from .exceptions import ConfigError, HostError
-from .lock import SGLANG_NOT_YET, Lock, resolve_lock
+from .lock import Lock, resolve_lock
 from .manifest import Manifest, lock_pins, manifest_args, parse_manifest
 from .probe import MANIFEST_SCRIPT
 
@@ -28,6 +28,7 @@ FACTS_TASK = "Read the host's Python, architecture and OS"
 MANIFEST_TASK = "Verify the environment's ABI and keep its manifest beside it"
 ENVS_DIR = "/opt/ddtree/envs"
 IMAGES_DIR = "/opt/ddtree/images"
+STAGING_DIR = "/opt/ddtree/wheelhouse"  # where a wheelhouse is unpacked on the host while an env is built
 DOCKER_ENGINE_PLAYBOOK = "container_engine.yml"
 LAB_MODELS_IN_ENGINE = "src/ddtree_engine/lab_models"
 
@@ -142,8 +143,11 @@ def verify_lab_generation(project: Project) -> bool:
 
 def check_supported(project: Project) -> None:
     """Refuse what this provision cannot do yet, before any host is touched."""
-    if project.engine.backend == "sglang":
-        raise ConfigError(SGLANG_NOT_YET)
+    if project.engine.backend == "sglang" and project.engine.install.mode == "container":
+        raise ConfigError(
+            "engine.install.mode container with engine.backend sglang is not supported by provision yet (the CUDA "
+            "image is rendered by ddtree_ops.container but not built and shipped here); use engine.install.mode: venv"
+        )
     if project.engine.install.mode == "container":
         from .container import docker_sdk
         from .lab.docker import engine_answers
@@ -162,6 +166,7 @@ def provision(
     hosts: list[Host],
     *,
     resolve: Callable[[Project, Host, dict], Lock] = resolve_lock,
+    probe: Callable[[Host], object] | None = None,
     log_dir: Path | None = None,
     on_progress: Callable[[str], None] = lambda line: None,
 ) -> ProvisionReport:
@@ -170,7 +175,8 @@ def provision(
     Args:
         project: the validated project.
         hosts: the hosts to provision (already checked against the project).
-        resolve: facts → lock (the seam the GPU resolver replaces).
+        resolve: facts → lock, for the reference backend.
+        probe: host → HostFacts, for the sglang backend (default: the probe script over SSH).
         log_dir: where the Ansible logs go (default: the state dir).
         on_progress: container mode: the image build's output lines.
     Returns:
@@ -179,7 +185,8 @@ def provision(
         ConfigError: something in the project cannot be provisioned (nothing touched).
         HostError: a host is unreachable or a step failed on it.
     """
-    from .wheelhouse import ensure_wheelhouse
+    from .install import install_commands
+    from .wheelhouse import engine_wheel_name, ensure_wheelhouse
 
     check_supported(project)
     clock = time.monotonic()
@@ -192,27 +199,22 @@ def provision(
         clock = now
 
     container_mode = project.engine.install.mode == "container"
-    facts = read_facts(project, hosts)
-    lap("facts")
-    locks: dict[str, Lock] = {}
-    for host in hosts:
-        if host.name not in facts:
-            raise ConfigError(f"host {host.name}: no facts came back; see the Ansible log")
-        host_facts = facts[host.name]
-        if container_mode:
-            from .container import base_python_version
-
-            # The env lives in the image: its Python, not the host's, decides the wheels.
-            host_facts = {**host_facts, "python_version": base_python_version()}
-        locks[host.name] = resolve(project, host, host_facts)
-    lap("resolve")
-    tarballs = {lock.short_hash: ensure_wheelhouse(lock) for lock in locks.values()}
+    if project.engine.backend == "sglang":
+        locks = resolve_sglang_locks(project, hosts, probe)
+        lap("probe_resolve")
+    else:
+        locks = _resolve_reference_locks(project, hosts, resolve, container_mode)
+        lap("facts_resolve")
+    source = project.engine.install.source if project.engine.backend == "sglang" else "wheelhouse"
+    tarballs = {lock.short_hash: ensure_wheelhouse(lock, source=source) for lock in locks.values()}
     lap("wheelhouse")
     image_tags: dict[str, str] = {}
     loaded: set[str] = set()
     engine_changed: dict[str, int] = {}
     if container_mode:
         image_tags, loaded, engine_changed = _ship_images(project, hosts, locks, tarballs, lap, log_dir, on_progress)
+    engine_wheel = engine_wheel_name()
+    staging = {name: f"{STAGING_DIR}/{lock.short_hash}" for name, lock in locks.items()}
 
     extravars = {
         "ddtree_provision_locks": {
@@ -222,6 +224,7 @@ def provision(
                 "python_tag": lock.python_tag,
                 "wheelhouse_tar": str(tarballs[lock.short_hash]),
                 "manifest_args": manifest_args(project.engine.backend, lock_pins(lock.requirements)),
+                "install_commands": install_commands(lock, staging[name], source=source, engine_wheel=engine_wheel),
                 "image_tag": image_tags.get(lock.short_hash, ""),
                 "docker_gpus": bool(project.host(name).gpus),
             }
@@ -231,6 +234,7 @@ def provision(
         "ddtree_provision_python": project.engine.install.python,
         "ddtree_provision_envs_dir": ENVS_DIR,
         "ddtree_provision_images_dir": IMAGES_DIR,
+        "ddtree_provision_staging_dir": STAGING_DIR,
         "ddtree_provision_manifest_script": str(MANIFEST_SCRIPT),
         # Real model paths are checked by deploy's health gate; the `lab` pair can be checked now.
         "ddtree_provision_verify_generate": verify_lab_generation(project),
@@ -279,6 +283,49 @@ def provision(
         log_path=str(result.log_path),
         timings_s=timings,
     )
+
+
+def _resolve_reference_locks(project: Project, hosts: list[Host], resolve, container_mode: bool) -> dict[str, Lock]:
+    facts = read_facts(project, hosts)
+    locks: dict[str, Lock] = {}
+    for host in hosts:
+        if host.name not in facts:
+            raise ConfigError(f"host {host.name}: no facts came back; see the Ansible log")
+        host_facts = facts[host.name]
+        if container_mode:
+            from .container import base_python_version
+
+            # The env lives in the image: its Python, not the host's, decides the wheels.
+            host_facts = {**host_facts, "python_version": base_python_version()}
+        locks[host.name] = resolve(project, host, host_facts)
+    return locks
+
+
+def resolve_sglang_locks(project: Project, hosts: list[Host], probe=None) -> dict[str, object]:
+    """Each host's CUDA lock, from its live probe (read-only). Every host is resolved before any is changed.
+
+    Raises:
+        ConfigError: a lock can be planned but not installed (its blockers say why).
+        HostError: a host's probe failed, or no lock fits a host (each reason with its fix).
+    """
+    from .plan import plan_provision
+    from .probe import probe_host
+
+    probe = probe or (lambda host: probe_host(host, python=project.engine.install.python))
+    locks, refusals, blocked = {}, [], []
+    for host in hosts:
+        result = plan_provision(project, host, probe(host))
+        if result.refusal is not None:
+            refusals += [f"  - {reason.message}" for reason in result.refusal.reasons]
+        elif result.lock.blockers:
+            blocked += [f"  - host {host.name}: {b}" for b in result.lock.blockers]
+        else:
+            locks[host.name] = result.lock
+    if blocked:
+        raise ConfigError("no host was changed; these locks cannot be installed:\n" + "\n".join(blocked))
+    if refusals:
+        raise HostError("no host was changed; no lock fits:\n" + "\n".join(refusals))
+    return locks
 
 
 def _ship_images(project, hosts, locks, tarballs, lap, log_dir, on_progress) -> tuple[dict[str, str], set[str], dict[str, int]]:

@@ -102,6 +102,11 @@ class CudaLock:
     def short_hash(self) -> str:
         return self.hash[:SHORT_HASH_LEN]
 
+    @property
+    def requirements(self) -> tuple[str, ...]:
+        """Every pinned package (what the manifest checks the env against)."""
+        return self.pins
+
     def requirements_text(self) -> str:
         """The frozen constraints file."""
         return "".join(f"{pin}\n" for pin in sorted(self.pins))
@@ -453,7 +458,8 @@ def _build_lock(version, rel, flavour_name, mode, facts, archs, backend, warning
         jit_pins.append(f"flashinfer-jit-cache=={fi['jit_cache']}+{flavour_name}")
     extra = [f"{name}=={v}" for name, v in sorted(rel.get("extra_pins", {}).items())]
     steps = [
-        InstallStep("torch first, from the flavour's torch index", tuple(torch_pins), flavour["torch_index"]),
+        # Under the constraints too: torch's own dependencies (the CUDA user-space wheels) are in the closure.
+        InstallStep("torch first, from the flavour's torch index", tuple(torch_pins), flavour["torch_index"], use_constraints=True),
         InstallStep(
             "kernel wheels without their dependencies (they must not move torch)",
             (kernel_pin, *fi_pins),

@@ -174,14 +174,25 @@ def wheelhouse_dir(lock: Lock) -> Path:
     return _root() / lock.short_hash
 
 
-def ensure_wheelhouse(lock: Lock, engine_dir: Path | None = None) -> Path:
+def engine_wheel_name(engine_dir: Path | None = None) -> str:
+    """The engine wheel's file name (pure Python: one wheel for every host)."""
+    version, _ = engine_metadata(engine_dir or engine_source_dir())
+    return f"ddtree_engine-{version}-py3-none-any.whl"
+
+
+def ensure_wheelhouse(lock, engine_dir: Path | None = None, source: str = "wheelhouse") -> Path:
     """The tarball holding every wheel of `lock`, built once per lock and cached.
 
-    Returns the path of wheelhouse.tar (wheels, requirements.txt, lock.json at its top level).
+    Returns the path of wheelhouse.tar (wheels, requirements.txt or constraints.txt, lock.json at its top level).
+    For an sglang lock with `source="index"` it holds only the engine wheel, the constraints and the lock.
     Raises:
         DdtreeOpsError: pip could not build or download something (with pip's last lines).
     """
+    from .resolve import CudaLock
+
     engine_dir = engine_dir or engine_source_dir()
+    if isinstance(lock, CudaLock):
+        return _ensure_cuda_wheelhouse(lock, engine_dir, source)
     if engine_source_digest(engine_dir) != lock.engine_source:
         raise DdtreeOpsError("the engine sources changed while provisioning; run provision again")
     final = wheelhouse_dir(lock)
@@ -208,6 +219,57 @@ def ensure_wheelhouse(lock: Lock, engine_dir: Path | None = None) -> Path:
                 f"downloading {len(missing)} pinned wheel(s)",
             )
         (wheels / "requirements.txt").write_text(lock.requirements_text())
+        (wheels / "lock.json").write_text(json.dumps(lock.to_dict(), indent=2) + "\n")
+        with tarfile.open(staging / TARBALL, "w") as tar:
+            for path in sorted(wheels.iterdir()):
+                tar.add(path, arcname=path.name)
+        shutil.rmtree(wheels)
+        (staging / COMPLETE).write_text(lock.hash + "\n")
+        if final.exists():
+            shutil.rmtree(final)
+        staging.replace(final)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return final / TARBALL
+
+
+def _index_args(lock) -> list[str]:
+    urls = list(dict.fromkeys(url for step in lock.steps for url in (step.index_url, *step.extra_index_urls)))
+    args = ["--index-url", urls[0]]
+    for url in urls[1:]:
+        args += ["--extra-index-url", url]
+    return args
+
+
+def _ensure_cuda_wheelhouse(lock, engine_dir: Path, source: str) -> Path:
+    """An sglang lock's wheelhouse: the engine wheel, constraints.txt, lock.json and (source wheelhouse)
+    every wheel of the env for the host's Python and platform, checked against the closure's hashes."""
+    from . import closure as closures
+
+    if lock.engine_source and engine_source_digest(engine_dir) != lock.engine_source:
+        raise DdtreeOpsError("the engine sources changed while provisioning; run provision again")
+    final = _root() / f"{lock.short_hash}-{source}"
+    if (final / COMPLETE).exists():
+        return final / TARBALL
+    _root().mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f"{lock.short_hash}.", dir=_root()))
+    try:
+        wheels = staging / "wheels"
+        wheels.mkdir()
+        _build_engine_wheel(engine_dir, wheels)
+        if source == "wheelhouse":
+            target = [*_target_args(lock.python_tag, lock.platform), *_index_args(lock)]
+            frozen = closures.for_lock(lock)
+            rest = list(lock.pins)
+            if frozen is not None:
+                # Every wheel checked against the hash frozen with the closure.
+                _pip(["download", "--no-deps", "--require-hashes", "--dest", str(wheels), *target, "-r", str(frozen.path)],
+                     f"downloading the {len(frozen.pins)} wheels of {frozen.path.name}")
+                rest = [pin for pin in lock.pins if closures.normalise(pin.split("==")[0]) not in frozen.pins]
+            if rest:
+                _pip(["download", "--no-deps", "--dest", str(wheels), *target, *rest], f"downloading {len(rest)} pinned wheel(s)")
+        (wheels / "constraints.txt").write_text(lock.requirements_text())
         (wheels / "lock.json").write_text(json.dumps(lock.to_dict(), indent=2) + "\n")
         with tarfile.open(staging / TARBALL, "w") as tar:
             for path in sorted(wheels.iterdir()):

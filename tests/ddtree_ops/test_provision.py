@@ -87,9 +87,9 @@ def _project_doc(**engine) -> dict:
     }
 
 
-def test_resolve_lock_refuses_sglang_until_the_gpu_resolver_exists():
+def test_resolve_lock_sends_sglang_to_the_probe_based_resolver():
     project = parse_project(_project_doc(backend="sglang"))
-    with pytest.raises(ConfigError, match="sglang.*not yet supported"):
+    with pytest.raises(ConfigError, match="an sglang lock needs the host's probe"):
         resolve_lock(project, project.hosts[0], {"python_version": "3.11.2", "architecture": "x86_64"})
 
 
@@ -205,7 +205,7 @@ def test_provision_refuses_an_unknown_host_name(tmp_path):
     "engine_change, message",
     [
         ({"install": {"mode": "container"}}, "no Docker Engine answers here"),
-        ({"backend": "sglang"}, "engine.backend 'sglang' is not yet supported"),
+        ({"backend": "sglang", "install": {"mode": "container"}}, "container with engine.backend sglang is not supported"),
     ],
 )
 def test_provision_refuses_what_it_cannot_do_yet_before_touching_hosts(tmp_path, monkeypatch, engine_change, message):
@@ -236,3 +236,57 @@ def test_an_unreachable_host_is_named_with_how_to_check_it(tmp_path):
     assert f"ssh -i {tmp_path / 'no-such-key'} -p 1 root@127.0.0.1" in result.output
     logs = list((Path(os.environ["DDTREE_STATE_DIR"]) / "logs").iterdir())
     assert len(logs) == 1 and "UNREACHABLE" in logs[0].read_text()
+
+
+# ---- sglang: every host resolved from its probe before any is changed ---------------------------
+
+FIXTURE_HOSTS = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
+
+
+def _sglang_project(*names: str, release: str | None = None):
+    engine = {"backend": "sglang", "target": "/models/t", "draft": "/models/d"}
+    if release:
+        engine["sglang_version"] = release
+    return parse_project(
+        {
+            "hosts": [{"name": n, "address": f"10.0.0.{i + 1}"} for i, n in enumerate(names)],
+            "engine": engine,
+            "services": [{"name": "tree", "algorithm": "ddtree", "budget": 15, "topk": 8, "port": 30001}],
+        }
+    )
+
+
+def _fixture_probe(host):
+    from ddtree_ops import probe
+
+    return probe.load_facts(FIXTURE_HOSTS / f"{host.name}-probe.json")
+
+
+def test_sglang_hosts_get_their_cuda_locks_from_the_probe():
+    from ddtree_ops.provision import resolve_sglang_locks
+
+    project = _sglang_project("h200", "rtx6000-580")
+    locks = resolve_sglang_locks(project, project.hosts, _fixture_probe)
+    assert {name: (lock.cuda_flavour, lock.gpu_archs) for name, lock in locks.items()} == {
+        "h200": ("cu130", ("sm_90",)),
+        "rtx6000-580": ("cu130", ("sm_120",)),
+    }
+
+
+def test_one_unfit_host_stops_provision_before_any_host_is_changed():
+    from ddtree_ops.exceptions import HostError
+    from ddtree_ops.provision import resolve_sglang_locks
+
+    project = _sglang_project("h200", "rtx6000-570")
+    with pytest.raises(HostError) as err:
+        resolve_sglang_locks(project, project.hosts, _fixture_probe)
+    assert str(err.value).startswith("no host was changed; no lock fits:")
+    assert "host rtx6000-570 has driver 570.153.02 — upgrade the driver" in str(err.value)
+
+
+def test_a_release_the_engine_cannot_share_an_env_with_is_a_config_error():
+    from ddtree_ops.provision import resolve_sglang_locks
+
+    project = _sglang_project("a100-535", release="0.5.6")
+    with pytest.raises(ConfigError, match="transformers==4.57.1 and the DDTree engine needs transformers==5.19.0"):
+        resolve_sglang_locks(project, project.hosts, _fixture_probe)

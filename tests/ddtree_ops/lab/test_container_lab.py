@@ -89,6 +89,14 @@ def test_provision_builds_ships_and_verifies_the_image_then_is_idempotent(contai
     # lab-1 was not asked for: its Docker Engine stays off.
     assert ssh_run(lab1, "systemctl is-active docker || true").strip() == "inactive"
 
+    # doctor sees the same: Docker running, the lock's image loaded, its stored manifest passing; lab-1 has no engine running.
+    doctor = _run("-c", container_config, "doctor", "--json")
+    checks = {(c["scope"], c["name"]): c for c in json.loads(doctor.stdout)["checks"]}
+    assert [checks[("lab-2", n)]["status"] for n in ("docker", "image", "manifest")] == ["ok", "ok", "ok"], doctor.stdout
+    assert tag in checks[("lab-2", "image")]["detail"] and checks[("control", "docker")]["status"] == "ok"
+    assert checks[("lab-1", "docker")]["status"] == "fail" and "not running" in checks[("lab-1", "docker")]["detail"]
+    assert doctor.exit_code == 1
+
     second = _run("-c", container_config, "provision", "lab-2", "--json")
     assert second.exit_code == 0, second.output
     (again,) = json.loads(second.stdout)["hosts"]
