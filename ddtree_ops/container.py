@@ -8,6 +8,8 @@ plain OS image — the lab's, which needs no registry.
 
 from __future__ import annotations
 
+import json
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -26,6 +28,7 @@ from .state import repo_root
 
 IMAGE_REPO = "ddtree-engine"
 ENV_DIR = "/opt/ddtree/env"
+STAGING = "/tmp/ddtree-install"  # in the build stage: the wheelhouse, or the engine wheel and constraints
 TEMPLATE = "docker/cuda/Dockerfile.j2"
 
 
@@ -43,6 +46,12 @@ def image_present_here(tag: str) -> bool:
     """Whether this machine's Docker already has `tag` (tags are lock hashes: present = up to date)."""
     proc = subprocess.run(["docker", "image", "inspect", tag], capture_output=True, check=False)
     return proc.returncode == 0
+
+
+def image_python_version(base: str) -> str | None:
+    """`3.12` for a base image whose Python ddtree-ops knows (by its OS), else None."""
+    tag = _image_python_tag(base)
+    return f"{tag[2]}.{tag[3:]}" if tag else None
 
 
 def base_python_version(cpu_base: str = LAB_BASE_IMAGE) -> str:
@@ -109,13 +118,19 @@ class RenderedContext:
 def render_dockerfile(lock, wheelhouse_tar: Path | None = None, engine_wheel: Path | None = None, cpu_base: str = LAB_BASE_IMAGE) -> RenderedContext:
     """The Dockerfile (and the files its context needs) for `lock`.
 
+    The env is built in a build stage with the same pip commands a host runs (`ddtree_ops.install`),
+    and only the env is copied into the final image.
+
     Args:
         lock: a CudaLock (sglang) or a reference Lock.
         wheelhouse_tar: install offline from this wheelhouse (required for reference locks).
-        engine_wheel: the engine wheel, for online (lock steps) builds.
+        engine_wheel: the engine wheel, for builds that download from the lock's indexes (sglang locks).
     Raises:
         ConfigError: the lock cannot be built into an image (Python of the base image differs, nothing to install from).
     """
+    from .install import install_commands
+    from .wheelhouse import engine_wheel_name
+
     base = base_image(lock, cpu_base)
     want = lock.python_tag
     have = _image_python_tag(base)
@@ -125,16 +140,20 @@ def render_dockerfile(lock, wheelhouse_tar: Path | None = None, engine_wheel: Pa
             "provision the hosts with the base image's Python (engine.install.python) or pick a base with it"
         )
     files: dict[str, Path] = {"abi_manifest.py": MANIFEST_SCRIPT}
-    steps = []
     if wheelhouse_tar is not None:
         files["wheelhouse.tar"] = Path(wheelhouse_tar)
+        source, wheel_name = "wheelhouse", engine_wheel_name()
     elif getattr(lock, "steps", None):
         if engine_wheel is None:
-            raise ConfigError("an online image build needs the engine wheel (engine_wheel=...)")
+            raise ConfigError("an image built from the lock's indexes needs the engine wheel (engine_wheel=...)")
         files[Path(engine_wheel).name] = Path(engine_wheel)
-        steps = [{"description": s.description, "args": " ".join(s.pip_args(f"{ENV_DIR}/constraints.txt"))} for s in lock.steps]
+        files["constraints.txt"] = _write_temp(lock.requirements_text())
+        files["lock.json"] = _write_temp(json.dumps(lock.to_dict(), indent=2) + "\n")
+        source, wheel_name = "index", Path(engine_wheel).name
     else:
         raise ConfigError("a reference lock installs from its wheelhouse: pass wheelhouse_tar")
+    is_cuda = getattr(lock, "steps", None) is not None
+    commands = install_commands(lock, STAGING, source=source, engine_wheel=wheel_name if is_cuda else None)
 
     backend = getattr(lock, "backend", "reference")
     manifest_args = ["--require", "ddtree_engine"]
@@ -149,13 +168,12 @@ def render_dockerfile(lock, wheelhouse_tar: Path | None = None, engine_wheel: Pa
         install_python=flavour_of(lock) != "cpu" or "bookworm" not in base,
         python_tag=want,
         env_dir=ENV_DIR,
+        staging=STAGING,
         wheelhouse=wheelhouse_tar is not None,
-        steps=steps,
-        engine_wheel=Path(engine_wheel).name if engine_wheel else "",
+        context_files=[name for name in files if name not in ("abi_manifest.py", "wheelhouse.tar")],
+        commands=[" ".join(shlex.quote(arg) for arg in command) for command in commands],
         build_manifest_args=" ".join(manifest_args),
     )
-    if not wheelhouse_tar:
-        files["constraints.txt"] = _write_temp(lock.requirements_text())
     return RenderedContext(text, files)
 
 

@@ -11,6 +11,7 @@ the result as `abi-manifest.json` in that directory, which `deploy` reads before
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -143,11 +144,6 @@ def verify_lab_generation(project: Project) -> bool:
 
 def check_supported(project: Project) -> None:
     """Refuse what this provision cannot do yet, before any host is touched."""
-    if project.engine.backend == "sglang" and project.engine.install.mode == "container":
-        raise ConfigError(
-            "engine.install.mode container with engine.backend sglang is not supported by provision yet (the CUDA "
-            "image is rendered by ddtree_ops.container but not built and shipped here); use engine.install.mode: venv"
-        )
     if project.engine.install.mode == "container":
         from .container import docker_sdk
         from .lab.docker import engine_answers
@@ -314,7 +310,10 @@ def resolve_sglang_locks(project: Project, hosts: list[Host], probe=None) -> dic
     probe = probe or (lambda host: probe_host(host, python=project.engine.install.python))
     locks, refusals, blocked = {}, [], []
     for host in hosts:
-        result = plan_provision(project, host, probe(host))
+        facts = probe(host)
+        if project.engine.install.mode == "container":
+            facts = _as_in_the_image(project, host, facts)
+        result = plan_provision(project, host, facts)
         if result.refusal is not None:
             refusals += [f"  - {reason.message}" for reason in result.refusal.reasons]
         elif result.lock.blockers:
@@ -326,6 +325,20 @@ def resolve_sglang_locks(project: Project, hosts: list[Host], probe=None) -> dic
     if refusals:
         raise HostError("no host was changed; no lock fits:\n" + "\n".join(refusals))
     return locks
+
+
+def _as_in_the_image(project: Project, host: Host, facts):
+    """Container mode: the env lives in the image, so the Python of the chosen flavour's base image
+    (not the host's) decides the wheels. The flavour depends on the driver and GPUs only, so it is
+    chosen first with any Python the release supports."""
+    from .container import base_image, image_python_version
+    from .plan import engine_release, plan_provision
+    from .resolve import release_data
+
+    _, rel = release_data(engine_release(project))
+    first = plan_provision(project, host, dataclasses.replace(facts, python_version=rel["python"]["min"]))
+    python = image_python_version(base_image(first.lock)) if first.lock is not None else None
+    return dataclasses.replace(facts, python_version=python) if python else facts
 
 
 def _ship_images(project, hosts, locks, tarballs, lap, log_dir, on_progress) -> tuple[dict[str, str], set[str], dict[str, int]]:

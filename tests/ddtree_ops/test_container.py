@@ -30,12 +30,15 @@ def test_cu130_lock_renders_from_nvidia_cuda_with_the_lock_steps_in_order(tmp_pa
     assert text.splitlines()[1] == "FROM nvidia/cuda:13.0.1-runtime-ubuntu24.04 AS runtime"
     assert "assert 'cp' + v == 'cp312'" in text
     runs = [l for l in text.splitlines() if l.startswith(f"RUN {container.ENV_DIR}/bin/pip ")]
-    assert "torch==2.14.1" in runs[0] and "--no-deps" not in runs[0]
+    staging = container.STAGING
+    assert "torch==2.14.1" in runs[0] and "--no-deps" not in runs[0] and f"-c {staging}/constraints.txt" in runs[0]
     assert "--no-deps" in runs[1] and "sglang-kernel==0.4.10" in runs[1]
-    assert f"-c {container.ENV_DIR}/constraints.txt" in runs[-2] and "sglang==0.5.23" in runs[-2]
-    assert runs[-1].endswith(f"--no-deps /tmp/{wheel.name} && rm /tmp/{wheel.name}")
+    assert f"-c {staging}/constraints.txt" in runs[-3] and "sglang==0.5.23" in runs[-3]
+    assert runs[-2].endswith(f"--no-deps {staging}/{wheel.name}") and "--no-index" in runs[-2]
+    assert runs[-1] == f"RUN {container.ENV_DIR}/bin/pip check && cp {staging}/lock.json {container.ENV_DIR}/lock.json"
+    assert f"COPY {wheel.name} constraints.txt lock.json {staging}/" in text
     assert f'ddtree.lock="{lock.hash}"' in text
-    assert set(ctx.files) == {"abi_manifest.py", wheel.name, "constraints.txt"}
+    assert set(ctx.files) == {"abi_manifest.py", wheel.name, "constraints.txt", "lock.json"}
     assert "torch==2.14.1\n" in ctx.files["constraints.txt"].read_text()
     assert container.image_tag(lock) == f"ddtree-engine:{lock.short_hash}"
 
@@ -56,7 +59,10 @@ def test_wheelhouse_build_is_offline_and_leaves_the_wheels_in_a_build_stage(tmp_
     tar = tmp_path / "wheelhouse.tar"
     tar.write_bytes(b"")
     text = container.render_dockerfile(cuda_lock("h200"), wheelhouse_tar=tar).dockerfile
-    assert "pip install --no-index --find-links /tmp/wheelhouse -r /tmp/wheelhouse/requirements.txt" in text
+    staging = container.STAGING
+    assert f"ADD wheelhouse.tar {staging}/" in text
+    runs = [l for l in text.splitlines() if l.startswith(f"RUN {container.ENV_DIR}/bin/pip install")]
+    assert len(runs) == 5 and all(f"--no-index --find-links {staging}" in r for r in runs), "offline, in the lock's order"
     assert "download.pytorch.org" not in text and "--index-url" not in text
     stages = [l for l in text.splitlines() if l.startswith("FROM ")]
     assert stages == ["FROM nvidia/cuda:13.0.1-runtime-ubuntu24.04 AS runtime", "FROM runtime AS build", "FROM runtime"]

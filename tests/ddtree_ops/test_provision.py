@@ -205,7 +205,6 @@ def test_provision_refuses_an_unknown_host_name(tmp_path):
     "engine_change, message",
     [
         ({"install": {"mode": "container"}}, "no Docker Engine answers here"),
-        ({"backend": "sglang", "install": {"mode": "container"}}, "container with engine.backend sglang is not supported"),
     ],
 )
 def test_provision_refuses_what_it_cannot_do_yet_before_touching_hosts(tmp_path, monkeypatch, engine_change, message):
@@ -290,3 +289,21 @@ def test_a_release_the_engine_cannot_share_an_env_with_is_a_config_error():
     project = _sglang_project("a100-535", release="0.5.6")
     with pytest.raises(ConfigError, match="transformers==4.57.1 and the DDTree engine needs transformers==5.19.0"):
         resolve_sglang_locks(project, project.hosts, _fixture_probe)
+
+
+def test_in_container_mode_an_sglang_lock_is_made_for_the_base_images_python():
+    from ddtree_ops.provision import resolve_sglang_locks
+
+    doc = _sglang_project("a100-535").model_dump()
+    doc["engine"]["install"]["mode"] = "container"
+    doc["engine"]["sglang_version"] = None
+    project = parse_project(doc)
+
+    def a100_on_580(host):
+        import dataclasses
+
+        return dataclasses.replace(_fixture_probe(host), driver_version="580.65.06")  # Python 3.10 on the host
+
+    (lock,) = resolve_sglang_locks(project, project.hosts, a100_on_580).values()
+    # cu130's base is nvidia/cuda:…-ubuntu24.04, whose Python is 3.12: the host's 3.10 does not matter.
+    assert (lock.cuda_flavour, lock.python_tag) == ("cu130", "cp312")
