@@ -47,6 +47,9 @@ class InstallSettings(_Strict):
     # host's platform and copied over (air-gapped hosts); `index` = the host installs from the lock's
     # package indexes itself. Reference envs always come from the wheelhouse.
     source: Literal["wheelhouse", "index"] = "wheelhouse"
+    # sglang: also install FlashInfer's precompiled JIT cache (from flashinfer.ai's index). Off where that
+    # index is not reachable or mirrored; FlashInfer then compiles missing kernels at first use (needs nvcc).
+    flashinfer_jit_cache: bool = True
 
 
 class Engine(_Strict):

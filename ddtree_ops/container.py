@@ -56,10 +56,10 @@ def image_python_version(base: str) -> str | None:
 
 def base_python_version(cpu_base: str = LAB_BASE_IMAGE) -> str:
     """The Python (`3.11`) of the CPU flavour's base image: reference locks for images are made for it."""
-    tag = _image_python_tag(cpu_base)
-    if tag is None:
+    version = image_python_version(cpu_base)
+    if version is None:
         raise ConfigError(f"the Python version of the base image {cpu_base} is unknown to ddtree-ops")
-    return f"{tag[2]}.{tag[3:]}"
+    return version
 
 
 def ensure_engine_image(lock, wheelhouse_tar: Path, on_progress: Callable[[str], None] = lambda line: None) -> tuple[str, bool]:

@@ -68,6 +68,7 @@ def plan_provision(project: Project, host: Host, facts: HostFacts, facts_source:
             engine_source=engine_source_digest(engine_source_dir()),
             target_archs=target_archs,
             attention_backend=attention_backend_for(project, host),
+            flashinfer_jit_cache=project.engine.install.flashinfer_jit_cache,
         )
         if isinstance(result, Refusal):
             return PlanResult(host.name, facts_source, facts, None, result)

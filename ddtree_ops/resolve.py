@@ -222,6 +222,7 @@ def resolve(
     engine_source: str = "",
     target_archs: tuple[str, ...] = (),
     attention_backend: str | None = None,
+    flashinfer_jit_cache: bool = True,
 ) -> CudaLock | Refusal:
     """The lock for one host, or why there is none.
 
@@ -233,6 +234,8 @@ def resolve(
         target_archs: GPU architectures to plan for when the host shows none (image builds on a
             machine without a GPU, with the driver given by DDTREE_DRIVER_VERSION).
         attention_backend: the `--attention-backend` the services ask for, if any.
+        flashinfer_jit_cache: install FlashInfer's precompiled JIT cache where the release has one
+            (engine.install.flashinfer_jit_cache; off where its index is not mirrored).
     Returns:
         CudaLock, or Refusal with every reason found (not only the first).
     Raises:
@@ -416,7 +419,12 @@ def resolve(
             reasons.append(Reason("unresolvable", f"host {host_name}: no CUDA flavour of sglang {version} fits"))
         return Refusal(host_name, tuple(reasons))
 
-    return _build_lock(version, rel, chosen, mode, facts, archs, chosen_backend, tuple(warnings), engine_source)
+    if not flashinfer_jit_cache and rel["flashinfer"].get("jit_cache"):
+        warnings.append(
+            "FlashInfer's precompiled JIT cache is left out (engine.install.flashinfer_jit_cache: false): kernels that "
+            "flashinfer's own wheels do not carry compile at first use, which needs a CUDA toolkit (nvcc) on the host"
+        )
+    return _build_lock(version, rel, chosen, mode, facts, archs, chosen_backend, tuple(warnings), engine_source, flashinfer_jit_cache)
 
 
 def _other_release_hint(version: str) -> str | None:
@@ -439,7 +447,7 @@ def _platform(rel: dict, machine: str) -> str:
     return f"manylinux_{glibc}_{machine or 'x86_64'}"
 
 
-def _build_lock(version, rel, flavour_name, mode, facts, archs, backend, warnings, engine_source) -> CudaLock:
+def _build_lock(version, rel, flavour_name, mode, facts, archs, backend, warnings, engine_source, jit_cache=True) -> CudaLock:
     flavour = rel["flavours"][flavour_name]
     torch_local = flavour.get("torch_local", "")
     kernel_local = flavour.get("kernel_local", "")
@@ -454,7 +462,7 @@ def _build_lock(version, rel, flavour_name, mode, facts, archs, backend, warning
     if fi.get("cubin"):
         fi_pins.append(f"flashinfer-cubin=={fi['cubin']}")
     jit_pins = []
-    if fi.get("jit_cache") and flavour.get("flashinfer_jit_cache_index"):
+    if jit_cache and fi.get("jit_cache") and flavour.get("flashinfer_jit_cache_index"):
         jit_pins.append(f"flashinfer-jit-cache=={fi['jit_cache']}+{flavour_name}")
     extra = [f"{name}=={v}" for name, v in sorted(rel.get("extra_pins", {}).items())]
     steps = [

@@ -199,11 +199,7 @@ def ensure_wheelhouse(lock, engine_dir: Path | None = None, source: str = "wheel
     if (final / COMPLETE).exists():
         return final / TARBALL
 
-    staging = Path(tempfile.mkdtemp(prefix=f"{lock.short_hash}.", dir=_root()))
-    try:
-        wheels = staging / "wheels"
-        wheels.mkdir()
-        _build_engine_wheel(engine_dir, wheels)
+    def fill(wheels: Path) -> None:
         wanted = {line for line in lock.requirements if not line.startswith(f"{ENGINE_NAME}==")}
         # Reuse what resolution downloaded; download (exact pins, no resolution) only what is missing.
         for downloads in (_root() / "downloads").glob("*"):
@@ -219,6 +215,22 @@ def ensure_wheelhouse(lock, engine_dir: Path | None = None, source: str = "wheel
                 f"downloading {len(missing)} pinned wheel(s)",
             )
         (wheels / "requirements.txt").write_text(lock.requirements_text())
+
+    return _assemble(lock, final, engine_dir, fill)
+
+
+def _assemble(lock, final: Path, engine_dir: Path, fill) -> Path:
+    """Build `final`/wheelhouse.tar in a staging dir: the engine wheel, what `fill(wheels_dir)` adds, lock.json.
+
+    The directory only appears (atomically) once complete, so an interrupted build is never reused.
+    """
+    _root().mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f"{lock.short_hash}.", dir=_root()))
+    try:
+        wheels = staging / "wheels"
+        wheels.mkdir()
+        _build_engine_wheel(engine_dir, wheels)
+        fill(wheels)
         (wheels / "lock.json").write_text(json.dumps(lock.to_dict(), indent=2) + "\n")
         with tarfile.open(staging / TARBALL, "w") as tar:
             for path in sorted(wheels.iterdir()):
@@ -252,12 +264,8 @@ def _ensure_cuda_wheelhouse(lock, engine_dir: Path, source: str) -> Path:
     final = _root() / f"{lock.short_hash}-{source}"
     if (final / COMPLETE).exists():
         return final / TARBALL
-    _root().mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f"{lock.short_hash}.", dir=_root()))
-    try:
-        wheels = staging / "wheels"
-        wheels.mkdir()
-        _build_engine_wheel(engine_dir, wheels)
+
+    def fill(wheels: Path) -> None:
         if source == "wheelhouse":
             target = [*_target_args(lock.python_tag, lock.platform), *_index_args(lock)]
             frozen = closures.for_lock(lock)
@@ -270,16 +278,5 @@ def _ensure_cuda_wheelhouse(lock, engine_dir: Path, source: str) -> Path:
             if rest:
                 _pip(["download", "--no-deps", "--dest", str(wheels), *target, *rest], f"downloading {len(rest)} pinned wheel(s)")
         (wheels / "constraints.txt").write_text(lock.requirements_text())
-        (wheels / "lock.json").write_text(json.dumps(lock.to_dict(), indent=2) + "\n")
-        with tarfile.open(staging / TARBALL, "w") as tar:
-            for path in sorted(wheels.iterdir()):
-                tar.add(path, arcname=path.name)
-        shutil.rmtree(wheels)
-        (staging / COMPLETE).write_text(lock.hash + "\n")
-        if final.exists():
-            shutil.rmtree(final)
-        staging.replace(final)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-    return final / TARBALL
+
+    return _assemble(lock, final, engine_dir, fill)

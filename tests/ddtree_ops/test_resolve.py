@@ -176,3 +176,10 @@ def test_knowledge_files_name_their_sources():
     rel = knowledge.releases()["releases"]
     assert set(rel["0.5.23"]["flavours"]) == {"cu130"} and "cu126" not in rel["0.5.6"]["flavours"]
     assert rel["0.5.6"]["torch"].startswith("2.9")
+
+
+def test_the_flashinfer_jit_cache_can_be_left_out_with_a_warning():
+    lock = resolve(facts("h200"), "h200", flashinfer_jit_cache=False)
+    assert lock.pin("flashinfer-jit-cache") is None and lock.hash != lock_of("h200").hash
+    assert all("flashinfer.ai" not in step.index_url for step in lock.steps)
+    assert any("precompiled JIT cache is left out" in w for w in lock.warnings)

@@ -151,3 +151,5 @@ def test_undeploy_stops_the_containers_and_forgets_the_services(container_config
     state = json.loads(ssh_run(lab2, "cat /var/lib/ddtree/state.json"))
     assert not set(state.get("services") or {}) & {"c-base", "c-tree"}
     assert ssh_run(lab2, "ls /etc/systemd/system/ddtree-c-tree.service 2>/dev/null || echo gone").strip() == "gone"
+    # Stopping a container is a clean stop, and the killed-and-restarted unit left no failed state behind.
+    assert ssh_run(lab2, "systemctl list-units --failed --plain --no-legend 'ddtree-*'").strip() == ""

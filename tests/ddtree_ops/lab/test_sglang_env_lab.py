@@ -35,6 +35,8 @@ H200 = Path(__file__).resolve().parents[2] / "fixtures" / "hosts" / "h200-probe.
 def test_provision_installs_the_cuda_lock_in_the_locks_order_and_verifies_it(lab_fleet):
     doc = yaml.safe_load(open(lab_fleet.config_path))
     doc["engine"]["backend"] = "sglang"
+    # flashinfer.ai's index (the JIT cache) is not reachable from here; PyPI is.
+    doc["engine"]["install"] = {"flashinfer_jit_cache": False}
     doc["services"] = [{"name": "tree", "algorithm": "ddtree", "budget": 15, "topk": 8, "port": 30001}]
     project = parse_project(doc)
     lab2 = project.host("lab-2")
