@@ -59,11 +59,18 @@ def test_provision_installs_the_cuda_lock_in_the_locks_order_and_verifies_it(lab
         name, _, version = pin.partition("==")
         assert installed.get(name) == version, f"{pin}: installed {installed.get(name)}"
     torch = ssh_run(lab2, f"{row.env}/bin/python -c 'import torch; print(torch.__version__, torch.version.cuda)'", timeout_s=300)
-    assert torch.split() == ["2.14.1", "13.0"]
+    assert torch.split() == ["2.14.1+cu130", "13.0"], "PyPI's torch 2.14.1 is the CUDA 13.0 build"
 
     # No driver on this host: the manifest fails, and says so, rather than passing an env that cannot run.
     assert not row.manifest_ok
     stored = json.loads(ssh_run(lab2, f"cat {row.env}/abi-manifest.json"))
+    status = {c["name"]: c["status"] for c in stored["checks"]}
     failed = {c["name"]: c for c in stored["checks"] if c["status"] == "fail"}
-    assert failed, stored
     print(json.dumps({name: (c.get("class"), c.get("reason")) for name, c in failed.items()}, indent=1))
+    # What a host without a driver lacks, classified as such; no ABI mismatch, no missing package.
+    assert set(failed) == {"driver", "torch_cuda", "import:sgl_kernel", "sglang_plugin"}, failed
+    assert failed["import:sgl_kernel"]["class"] == "missing-driver-library"
+    assert "libcuda.so.1" in failed["import:sgl_kernel"]["reason"]
+    # The engine has no SGLang plugin yet: the manifest says so instead of passing the env.
+    assert "no DDTree entry point" in failed["sglang_plugin"]["reason"]
+    assert status["import:flashinfer"] == "ok" and status["import:ddtree_engine"] == "ok"
