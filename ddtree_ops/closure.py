@@ -87,10 +87,15 @@ def load(release: str, flavour: str, python_tag: str, machine: str) -> Closure |
     return parse(path.read_text(), path)
 
 
+def machine_of(platform: str) -> str:
+    """`manylinux_2_34_aarch64` -> `aarch64` (x86_64 when the tag says nothing else)."""
+    match = re.fullmatch(r"manylinux_\d+_\d+_(\w+)", platform)
+    return match.group(1) if match else "x86_64"
+
+
 def for_lock(lock) -> Closure | None:
     """The closure an sglang lock's constraints came from (its machine read off the wheel platform tag)."""
-    match = re.fullmatch(r"manylinux_\d+_\d+_(\w+)", lock.platform)
-    return load(lock.sglang_version, lock.cuda_flavour, lock.python_tag, match.group(1) if match else "x86_64")
+    return load(lock.sglang_version, lock.cuda_flavour, lock.python_tag, machine_of(lock.platform))
 
 
 def engine_requirements() -> list[str]:

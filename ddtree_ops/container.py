@@ -8,7 +8,6 @@ plain OS image — the lab's, which needs no registry.
 
 from __future__ import annotations
 
-import json
 import shlex
 import shutil
 import subprocess
@@ -62,7 +61,9 @@ def base_python_version(cpu_base: str = LAB_BASE_IMAGE) -> str:
     return version
 
 
-def ensure_engine_image(lock, wheelhouse_tar: Path, on_progress: Callable[[str], None] = lambda line: None) -> tuple[str, bool]:
+def ensure_engine_image(
+    lock, wheelhouse_tar: Path, source: str = "wheelhouse", on_progress: Callable[[str], None] = lambda line: None
+) -> tuple[str, bool]:
     """The engine image of `lock` on this machine: (tag, built now?). Built from the wheelhouse unless present.
 
     Raises:
@@ -75,7 +76,7 @@ def ensure_engine_image(lock, wheelhouse_tar: Path, on_progress: Callable[[str],
         from .lab.image import ensure_image as ensure_lab_image
 
         ensure_lab_image()  # builds the Debian root filesystem image the CPU flavour starts from
-    return build_image(lock, render_dockerfile(lock, wheelhouse_tar=wheelhouse_tar), on_progress), True
+    return build_image(lock, render_dockerfile(lock, wheelhouse_tar, source), on_progress), True
 
 
 def image_tag(lock) -> str:
@@ -115,7 +116,7 @@ class RenderedContext:
     files: dict[str, Path]  # name in the build context -> source file
 
 
-def render_dockerfile(lock, wheelhouse_tar: Path | None = None, engine_wheel: Path | None = None, cpu_base: str = LAB_BASE_IMAGE) -> RenderedContext:
+def render_dockerfile(lock, wheelhouse_tar: Path, source: str = "wheelhouse", cpu_base: str = LAB_BASE_IMAGE) -> RenderedContext:
     """The Dockerfile (and the files its context needs) for `lock`.
 
     The env is built in a build stage with the same pip commands a host runs (`ddtree_ops.install`),
@@ -123,12 +124,14 @@ def render_dockerfile(lock, wheelhouse_tar: Path | None = None, engine_wheel: Pa
 
     Args:
         lock: a CudaLock (sglang) or a reference Lock.
-        wheelhouse_tar: install offline from this wheelhouse (required for reference locks).
-        engine_wheel: the engine wheel, for builds that download from the lock's indexes (sglang locks).
+        wheelhouse_tar: the lock's wheelhouse (`ensure_wheelhouse`): every wheel, or with `source="index"`
+            (sglang locks) only the engine wheel, the constraints and the lock.
+        source: `wheelhouse` installs offline; `index` downloads from the lock's package indexes.
     Raises:
-        ConfigError: the lock cannot be built into an image (Python of the base image differs, nothing to install from).
+        ConfigError: the lock cannot be built into an image (Python of the base image differs).
     """
     from .install import install_commands
+    from .resolve import CudaLock
     from .wheelhouse import engine_wheel_name
 
     base = base_image(lock, cpu_base)
@@ -139,25 +142,12 @@ def render_dockerfile(lock, wheelhouse_tar: Path | None = None, engine_wheel: Pa
             f"the {flavour_of(lock)} base image {base} has Python {have}, the lock is for {want}: "
             "provision the hosts with the base image's Python (engine.install.python) or pick a base with it"
         )
-    files: dict[str, Path] = {"abi_manifest.py": MANIFEST_SCRIPT}
-    if wheelhouse_tar is not None:
-        files["wheelhouse.tar"] = Path(wheelhouse_tar)
-        source, wheel_name = "wheelhouse", engine_wheel_name()
-    elif getattr(lock, "steps", None):
-        if engine_wheel is None:
-            raise ConfigError("an image built from the lock's indexes needs the engine wheel (engine_wheel=...)")
-        files[Path(engine_wheel).name] = Path(engine_wheel)
-        files["constraints.txt"] = _write_temp(lock.requirements_text())
-        files["lock.json"] = _write_temp(json.dumps(lock.to_dict(), indent=2) + "\n")
-        source, wheel_name = "index", Path(engine_wheel).name
-    else:
-        raise ConfigError("a reference lock installs from its wheelhouse: pass wheelhouse_tar")
-    is_cuda = getattr(lock, "steps", None) is not None
-    commands = install_commands(lock, STAGING, source=source, engine_wheel=wheel_name if is_cuda else None)
+    is_cuda = isinstance(lock, CudaLock)
+    commands = install_commands(lock, STAGING, source=source, engine_wheel=engine_wheel_name() if is_cuda else None)
+    files: dict[str, Path] = {"abi_manifest.py": MANIFEST_SCRIPT, "wheelhouse.tar": Path(wheelhouse_tar)}
 
-    backend = getattr(lock, "backend", "reference")
     manifest_args = ["--require", "ddtree_engine"]
-    if backend == "sglang":
+    if is_cuda:
         # Without a GPU at build time the kernels cannot load (no libcuda.so.1): check their ELF needs, not their import.
         manifest_args = []
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(repo_root())), undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
@@ -169,18 +159,11 @@ def render_dockerfile(lock, wheelhouse_tar: Path | None = None, engine_wheel: Pa
         python_tag=want,
         env_dir=ENV_DIR,
         staging=STAGING,
-        wheelhouse=wheelhouse_tar is not None,
-        context_files=[name for name in files if name not in ("abi_manifest.py", "wheelhouse.tar")],
+        offline=source == "wheelhouse",
         commands=[" ".join(shlex.quote(arg) for arg in command) for command in commands],
         build_manifest_args=" ".join(manifest_args),
     )
     return RenderedContext(text, files)
-
-
-def _write_temp(text: str) -> Path:
-    fd, name = tempfile.mkstemp(prefix="ddtree-constraints-", suffix=".txt")
-    Path(name).write_text(text)
-    return Path(name)
 
 
 def build_image(
@@ -223,30 +206,41 @@ def build_image(
     return tag
 
 
+def remote_docker(host: Host) -> str:
+    """`docker` on the host, through `sudo -n` for a non-root SSH user (as Ansible's become does)."""
+    return "docker" if host.ssh.user == "root" else "sudo -n docker"
+
+
 def ship_image(host: Host, tag: str, timeout_s: float = 3600) -> bool:
     """`docker save TAG | ssh HOST docker load`, skipped when the host already has the tag.
 
     Streamed: neither side writes the (GB-sized) archive to disk. Returns whether it loaded the image.
 
     Raises:
-        HostError: the host is unreachable, has no Docker, or the load failed.
+        HostError: the host is unreachable, its Docker cannot be used, or the load failed or timed out.
     """
     from .remote import ssh_argv, ssh_exec
 
-    check = ssh_exec(
-        host, f"docker image inspect {tag} >/dev/null 2>&1 && echo present || echo absent", timeout_s=60
-    )
-    if check.stdout.strip() == "present":
+    docker = remote_docker(host)
+    check = ssh_exec(host, f"{docker} image inspect --format '{{{{.Id}}}}' {tag}", timeout_s=60)
+    if check.returncode == 0:
         return False
+    if "No such image" not in (check.stderr + check.stdout):
+        # Not "absent" but "cannot ask": streaming GBs would only fail at the end.
+        raise HostError(f"host {host.name}: cannot query its Docker Engine: {(check.stderr or check.stdout).strip()[-300:]}")
     save = subprocess.Popen(["docker", "save", tag], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        load = subprocess.run(ssh_argv(host, "docker load"), stdin=save.stdout, capture_output=True, text=True, timeout=timeout_s)
+        load = subprocess.run(ssh_argv(host, f"{docker} load"), stdin=save.stdout, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        save.kill()
+        raise HostError(f"host {host.name}: loading {tag} took longer than {timeout_s:.0f}s; check the link, then run provision again") from None
     finally:
         save.stdout.close()
         save_err = save.stderr.read().decode(errors="replace")
         save.wait()
+    # The receiving side first: when ssh fails, `docker save` only sees a broken pipe.
+    if load.returncode != 0:
+        raise HostError(f"host {host.name}: docker load of {tag} failed: {(load.stderr or load.stdout).strip()[-400:]}")
     if save.returncode != 0:
         raise DdtreeOpsError(f"docker save {tag} failed here: {save_err.strip()}")
-    if load.returncode != 0:
-        raise HostError(f"host {host.name}: docker load failed: {(load.stderr or load.stdout).strip()[-400:]} (is Docker installed there?)")
     return True

@@ -192,11 +192,11 @@ def container_host_checks(host: Host, lock, connect_timeout_s: int) -> list[Chec
 
     There is no drift check: the image is immutable and tagged by the lock's hash.
     """
-    from .container import image_tag
+    from .container import image_tag, remote_docker
     from .manifest import read_env_verdict
 
-    name, tag = host.name, image_tag(lock)
-    proc = _ssh(host, "systemctl is-active docker 2>&1; docker version --format '{{.Server.Version}}' 2>&1", timeout_s=30, connect_timeout_s=connect_timeout_s)
+    name, tag, docker = host.name, image_tag(lock), remote_docker(host)
+    proc = _ssh(host, f"systemctl is-active docker 2>&1; {docker} version --format '{{{{.Server.Version}}}}' 2>&1", timeout_s=30, connect_timeout_s=connect_timeout_s)
     lines = proc.stdout.split()
     if not lines or lines[0] != "active":
         return [
@@ -206,7 +206,7 @@ def container_host_checks(host: Host, lock, connect_timeout_s: int) -> list[Chec
             Check(name, "manifest", "skip", "no Docker Engine"),
         ]
     checks = [Check(name, "docker", "ok", f"Docker {lines[-1]}")]
-    inspect = _ssh(host, f"docker image inspect --format '{{{{.Id}}}}' {shlex.quote(tag)}", timeout_s=30, connect_timeout_s=connect_timeout_s)
+    inspect = _ssh(host, f"{docker} image inspect --format '{{{{.Id}}}}' {shlex.quote(tag)}", timeout_s=30, connect_timeout_s=connect_timeout_s)
     if inspect.returncode != 0:
         checks.append(Check(name, "image", "warn", f"{tag} is not on the host — run ddtree-ops provision {name}"))
         return checks + [Check(name, "manifest", "skip", f"{tag} not loaded")]

@@ -61,15 +61,20 @@ def plan_provision(project: Project, host: Host, facts: HostFacts, facts_source:
     if project.engine.backend == "sglang":
         from .wheelhouse import engine_source_digest, engine_source_dir
 
-        result = resolve(
-            facts,
-            host.name,
-            release=engine_release(project),
-            engine_source=engine_source_digest(engine_source_dir()),
-            target_archs=target_archs,
-            attention_backend=attention_backend_for(project, host),
-            flashinfer_jit_cache=project.engine.install.flashinfer_jit_cache,
-        )
+        def lock_for(facts_used: HostFacts):
+            return resolve(
+                facts_used,
+                host.name,
+                release=engine_release(project),
+                engine_source=engine_source_digest(engine_source_dir()),
+                target_archs=target_archs,
+                attention_backend=attention_backend_for(project, host),
+                flashinfer_jit_cache=project.engine.install.flashinfer_jit_cache,
+            )
+
+        if project.engine.install.mode == "container":
+            facts = _as_in_the_image(project, facts, lock_for)
+        result = lock_for(facts)
         if isinstance(result, Refusal):
             return PlanResult(host.name, facts_source, facts, None, result)
         return PlanResult(host.name, facts_source, facts, result, None)
@@ -81,6 +86,21 @@ def plan_provision(project: Project, host: Host, facts: HostFacts, facts_source:
 
         legacy_facts["python_version"] = base_python_version()  # the env lives in the image
     return PlanResult(host.name, facts_source, facts, resolve_lock(project, host, legacy_facts), None)
+
+
+def _as_in_the_image(project: Project, facts: HostFacts, lock_for) -> HostFacts:
+    """Container mode: the env lives in the image, so the image's Python (and glibc) decide the wheels,
+    not the host's. The flavour, and so the base image, depends on the driver and GPUs only: it is chosen
+    first with a Python the release supports."""
+    import dataclasses
+
+    from .container import base_image, image_python_version
+    from .resolve import CudaLock, release_data
+
+    _, rel = release_data(engine_release(project))
+    first = lock_for(dataclasses.replace(facts, python_version=rel["python"]["min"], glibc=None))
+    python = image_python_version(base_image(first)) if isinstance(first, CudaLock) else None
+    return dataclasses.replace(facts, python_version=python, glibc=None) if python else facts
 
 
 def plan_hosts(

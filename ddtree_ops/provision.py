@@ -11,7 +11,6 @@ the result as `abi-manifest.json` in that directory, which `deploy` reads before
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -208,7 +207,7 @@ def provision(
     loaded: set[str] = set()
     engine_changed: dict[str, int] = {}
     if container_mode:
-        image_tags, loaded, engine_changed = _ship_images(project, hosts, locks, tarballs, lap, log_dir, on_progress)
+        image_tags, loaded, engine_changed = _ship_images(project, hosts, locks, tarballs, source, lap, log_dir, on_progress)
     engine_wheel = engine_wheel_name()
     staging = {name: f"{STAGING_DIR}/{lock.short_hash}" for name, lock in locks.items()}
 
@@ -222,7 +221,7 @@ def provision(
                 "manifest_args": manifest_args(project.engine.backend, lock_pins(lock.requirements)),
                 "install_commands": install_commands(lock, staging[name], source=source, engine_wheel=engine_wheel),
                 "image_tag": image_tags.get(lock.short_hash, ""),
-                "docker_gpus": bool(project.host(name).gpus),
+                "docker_gpus": _gives_gpus(project, name, lock),
             }
             for name, lock in locks.items()
         },
@@ -310,10 +309,7 @@ def resolve_sglang_locks(project: Project, hosts: list[Host], probe=None) -> dic
     probe = probe or (lambda host: probe_host(host, python=project.engine.install.python))
     locks, refusals, blocked = {}, [], []
     for host in hosts:
-        facts = probe(host)
-        if project.engine.install.mode == "container":
-            facts = _as_in_the_image(project, host, facts)
-        result = plan_provision(project, host, facts)
+        result = plan_provision(project, host, probe(host))
         if result.refusal is not None:
             refusals += [f"  - {reason.message}" for reason in result.refusal.reasons]
         elif result.lock.blockers:
@@ -327,21 +323,27 @@ def resolve_sglang_locks(project: Project, hosts: list[Host], probe=None) -> dic
     return locks
 
 
-def _as_in_the_image(project: Project, host: Host, facts):
-    """Container mode: the env lives in the image, so the Python of the chosen flavour's base image
-    (not the host's) decides the wheels. The flavour depends on the driver and GPUs only, so it is
-    chosen first with any Python the release supports."""
-    from .container import base_image, image_python_version
-    from .plan import engine_release, plan_provision
-    from .resolve import release_data
-
-    _, rel = release_data(engine_release(project))
-    first = plan_provision(project, host, dataclasses.replace(facts, python_version=rel["python"]["min"]))
-    python = image_python_version(base_image(first.lock)) if first.lock is not None else None
-    return dataclasses.replace(facts, python_version=python) if python else facts
+def _gives_gpus(project: Project, host_name: str, lock) -> bool:
+    """Whether containers on the host get GPUs: it lists GPU UUIDs, or its probe found GPUs (sglang locks)."""
+    return bool(project.host(host_name).gpus) or bool(getattr(lock, "gpu_archs", ()))
 
 
-def _ship_images(project, hosts, locks, tarballs, lap, log_dir, on_progress) -> tuple[dict[str, str], set[str], dict[str, int]]:
+def _same_machine_or_refuse(lock) -> None:
+    """An image builds for this machine's architecture; a lock for another one cannot be built here."""
+    import platform
+
+    from .closure import machine_of
+
+    here = {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine().lower())
+    wanted = machine_of(lock.platform)
+    if wanted != here:
+        raise ConfigError(
+            f"the lock is for {wanted} hosts but this machine is {here}: container mode builds the image here, "
+            f"so build on a {wanted} control node or use engine.install.mode: venv"
+        )
+
+
+def _ship_images(project, hosts, locks, tarballs, source, lap, log_dir, on_progress) -> tuple[dict[str, str], set[str], dict[str, int]]:
     """Container mode: build each lock's image here, start Docker on the hosts, stream the image to those without it.
 
     Returns (short hash -> tag, hosts the image was loaded on now, host -> Ansible's changed count).
@@ -351,9 +353,10 @@ def _ship_images(project, hosts, locks, tarballs, lap, log_dir, on_progress) -> 
     tags: dict[str, str] = {}
     for lock in locks.values():
         if lock.short_hash not in tags:
-            tags[lock.short_hash], _ = ensure_engine_image(lock, tarballs[lock.short_hash], on_progress)
+            _same_machine_or_refuse(lock)
+            tags[lock.short_hash], _ = ensure_engine_image(lock, tarballs[lock.short_hash], source, on_progress)
     lap("image")
-    engine_vars = {"ddtree_provision_locks": {name: {"docker_gpus": bool(project.host(name).gpus)} for name in locks}}
+    engine_vars = {"ddtree_provision_locks": {name: {"docker_gpus": _gives_gpus(project, name, lock)} for name, lock in locks.items()}}
     result = run_playbook(DOCKER_ENGINE_PLAYBOOK, project, hosts, engine_vars, log_dir=log_dir)
     lap("docker_engine")
     loaded = {host.name for host in hosts if ship_image(host, tags[locks[host.name].short_hash])}

@@ -1,8 +1,11 @@
 """`ddtree-ops undeploy`: stop, disable and remove services from hosts (their releases stay on disk).
 
-One host at a time through `ansible/undeploy.yml`; the services leave the host's state.json, so
-`healthcheck` and `rollback` no longer see them. In container mode stopping the unit stops its
-container (the unit's ExecStop). The engine env or image stays: `provision` owns those.
+One host at a time through `ansible/undeploy.yml`; the services leave the host's state.json (and
+`rollback` with them). In container mode stopping the unit stops its container (the unit's
+ExecStop). The engine env or image stays on the host (nothing prunes old ones yet).
+
+A service already taken out of the project file can still be named: it is removed from every
+selected host that has it (hosts without it are left as they are).
 """
 
 from __future__ import annotations
@@ -39,13 +42,17 @@ def plan_undeploy(
     project: Project, services: list[str] | tuple[str, ...] | None, hosts: list[str] | tuple[str, ...] | None
 ) -> list[tuple[Any, list[str]]]:
     """(host, service names) pairs to remove; unknown names raise ConfigError before any host is touched."""
+    import re
+
     selected_hosts = project.select_hosts(list(hosts) if hosts else None)
     names = list(services) if services else [s.name for s in project.services]
+    known = {s.name: s for s in project.services}
     for name in names:
-        project.service(name)
+        if name not in known and not re.fullmatch(r"[a-z0-9][a-z0-9-]*", name):
+            raise ConfigError(f"--services {name!r}: not a service name (lower-case letters, digits and dashes)")
     pairs = []
     for host in selected_hosts:
-        on_host = [n for n in names if host in project.hosts_of(project.service(n))]
+        on_host = [n for n in names if n not in known or host in project.hosts_of(known[n])]
         if on_host:
             pairs.append((host, on_host))
     if not pairs:

@@ -105,8 +105,9 @@ def container_run_args(service: Service, host: Host, engine: Engine, env_names: 
 
     Host networking keeps the port and /health where deploy and healthcheck look; the service's
     environment passes through by name from the unit (`-e NAME`, the values stay in the 0600 env
-    file, out of the command line); GPUs by UUID like the venv units (all of them when the host lists
-    GPUs and the service pins none); model directories are mounted read-only at the same paths.
+    file, out of the command line); GPUs by UUID like the venv units (all of them when the service
+    pins none and the host lists GPUs or runs the sglang backend); model directories are mounted
+    read-only at the same paths.
     """
     args = ["--network", "host", "--init"]
     for name in env_names:
@@ -115,8 +116,8 @@ def container_run_args(service: Service, host: Host, engine: Engine, env_names: 
     if uuids:
         # The quotes are part of the value: docker reads --gpus as CSV and a device list has commas.
         args += ["--gpus", '"device=' + ",".join(uuids) + '"']
-    elif host.gpus:
-        args += ["--gpus", "all"]
+    elif host.gpus or engine.backend == "sglang":
+        args += ["--gpus", "all"]  # the sglang backend only runs on GPUs, listed or not
     for path in dict.fromkeys(p for p in (engine.target, engine.draft) if p.startswith("/")):
         args += ["-v", f"{path}:{path}:ro"]
     return args

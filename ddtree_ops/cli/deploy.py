@@ -132,7 +132,8 @@ def rollback(ctx, services_, hosts_, json_):
 def undeploy(ctx, services_, hosts_, json_):
     """Stop, disable and remove services from hosts, one host at a time.
 
-    Their releases stay on disk; the engine env (or image) stays until provision replaces it.
+    Their releases stay on disk, and so does the engine env (or image). A service no longer in
+    the project file can be named with --services: it is removed wherever it is found.
     """
     from ..undeploy import execute_undeploy
 

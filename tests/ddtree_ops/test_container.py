@@ -21,11 +21,12 @@ def cuda_lock(name: str, **kw) -> CudaLock:
     return lock
 
 
-def test_cu130_lock_renders_from_nvidia_cuda_with_the_lock_steps_in_order(tmp_path):
+def test_cu130_lock_from_its_indexes_renders_from_nvidia_cuda_with_the_lock_steps_in_order(tmp_path):
+    from ddtree_ops.wheelhouse import engine_wheel_name
+
     lock = cuda_lock("h200")
-    wheel = tmp_path / "ddtree_engine-0.1.0-py3-none-any.whl"
-    wheel.write_bytes(b"")
-    ctx = container.render_dockerfile(lock, engine_wheel=wheel)
+    wheel = Path(engine_wheel_name())
+    ctx = container.render_dockerfile(lock, tmp_path / "wheelhouse.tar", source="index")
     text = ctx.dockerfile
     assert text.splitlines()[1] == "FROM nvidia/cuda:13.0.1-runtime-ubuntu24.04 AS runtime"
     assert "assert 'cp' + v == 'cp312'" in text
@@ -36,29 +37,29 @@ def test_cu130_lock_renders_from_nvidia_cuda_with_the_lock_steps_in_order(tmp_pa
     assert f"-c {staging}/constraints.txt" in runs[-3] and "sglang==0.5.23" in runs[-3]
     assert runs[-2].endswith(f"--no-deps {staging}/{wheel.name}") and "--no-index" in runs[-2]
     assert runs[-1] == f"RUN {container.ENV_DIR}/bin/pip check && cp {staging}/lock.json {container.ENV_DIR}/lock.json"
-    assert f"COPY {wheel.name} constraints.txt lock.json {staging}/" in text
+    assert f"ADD wheelhouse.tar {staging}/" in text, "the engine wheel and the constraints come in the (small) wheelhouse"
+    assert "--index-url https://pypi.org/simple" in runs[0] and "--no-index" not in runs[0]
     assert f'ddtree.lock="{lock.hash}"' in text
-    assert set(ctx.files) == {"abi_manifest.py", wheel.name, "constraints.txt", "lock.json"}
-    assert "torch==2.14.1\n" in ctx.files["constraints.txt"].read_text()
+    assert set(ctx.files) == {"abi_manifest.py", "wheelhouse.tar"}
     assert container.image_tag(lock) == f"ddtree-engine:{lock.short_hash}"
 
 
 def test_cu129_lock_uses_the_ubuntu_22_04_image_whose_python_matches():
     lock = cuda_lock("a100-535", release="0.5.6")  # Python 3.10 host
-    text = container.render_dockerfile(lock, engine_wheel=Path("ddtree_engine-0.1.0-py3-none-any.whl")).dockerfile
+    text = container.render_dockerfile(lock, Path("wheelhouse.tar"), source="index").dockerfile
     assert "FROM nvidia/cuda:12.9.1-runtime-ubuntu22.04" in text and "torch==2.9.1+cu129" in text
 
 
 def test_python_of_the_base_image_must_match_the_lock():
     lock = dataclasses.replace(cuda_lock("h200"), python_tag="cp311")
     with pytest.raises(ConfigError, match="has Python cp312, the lock is for cp311"):
-        container.render_dockerfile(lock, engine_wheel=Path("e.whl"))
+        container.render_dockerfile(lock, Path("wheelhouse.tar"))
 
 
 def test_wheelhouse_build_is_offline_and_leaves_the_wheels_in_a_build_stage(tmp_path):
     tar = tmp_path / "wheelhouse.tar"
     tar.write_bytes(b"")
-    text = container.render_dockerfile(cuda_lock("h200"), wheelhouse_tar=tar).dockerfile
+    text = container.render_dockerfile(cuda_lock("h200"), tar).dockerfile
     staging = container.STAGING
     assert f"ADD wheelhouse.tar {staging}/" in text
     runs = [l for l in text.splitlines() if l.startswith(f"RUN {container.ENV_DIR}/bin/pip install")]
@@ -94,7 +95,7 @@ def test_cpu_flavour_builds_a_real_image_from_the_lab_lock():
     )
     ensure_image()  # builds the Debian root filesystem the CPU flavour starts from (no registry needed)
     lock = resolve_lock(project, project.hosts[0], {"python_version": "3.11.2", "architecture": "x86_64"})
-    ctx = container.render_dockerfile(lock, wheelhouse_tar=ensure_wheelhouse(lock))
+    ctx = container.render_dockerfile(lock, ensure_wheelhouse(lock))
     lines: list[str] = []
     tag = container.build_image(lock, ctx, on_progress=lines.append)
     assert tag == f"ddtree-engine:{lock.short_hash}" and any("Step" in l for l in lines)

@@ -307,3 +307,21 @@ def test_in_container_mode_an_sglang_lock_is_made_for_the_base_images_python():
     (lock,) = resolve_sglang_locks(project, project.hosts, a100_on_580).values()
     # cu130's base is nvidia/cuda:…-ubuntu24.04, whose Python is 3.12: the host's 3.10 does not matter.
     assert (lock.cuda_flavour, lock.python_tag) == ("cu130", "cp312")
+
+
+def test_in_container_mode_the_hosts_old_glibc_does_not_matter():
+    import dataclasses
+
+    from ddtree_ops.plan import plan_provision
+    from ddtree_ops.resolve import Refusal
+
+    venv_project = _sglang_project("h200")
+    old = dataclasses.replace(_fixture_probe(venv_project.hosts[0]), glibc="2.31")
+    refused = plan_provision(venv_project, venv_project.hosts[0], old)
+    assert isinstance(refused.refusal, Refusal) and refused.refusal.codes == ("glibc",)
+    assert "or container mode" in refused.refusal.message
+    doc = venv_project.model_dump()
+    doc["engine"]["install"]["mode"] = "container"
+    container_project = parse_project(doc)
+    planned = plan_provision(container_project, container_project.hosts[0], old)
+    assert planned.lock is not None and planned.lock.python_tag == "cp312", "the image's glibc and Python count"
