@@ -24,6 +24,7 @@ import httpx
 
 from .config import Project, Service
 from .exceptions import ConfigError, DdtreeOpsError, HostError
+from . import server_info
 from .units import UnitSpec, unit_name, unit_spec
 
 DEPLOY_PLAYBOOK = "deploy.yml"
@@ -228,28 +229,12 @@ class GateResult:
 
 
 def expected_server_info(plan: ServicePlan) -> dict[str, Any]:
-    expected: dict[str, Any] = {"speculative_algorithm": plan.algorithm.upper()}
-    if plan.algorithm in ("dflash", "ddtree") and plan.block_size is not None:
-        # The drafter decides the real block size; a project file that says otherwise is caught here.
-        expected["speculative_num_draft_tokens"] = plan.block_size
-    if plan.algorithm == "ddtree":
-        expected["speculative_ddtree_budget"] = plan.budget
-        expected["speculative_ddtree_topk"] = plan.topk
-    return expected
+    return server_info.expected(plan.algorithm, plan.block_size, plan.budget, plan.topk)
 
 
 def server_info_mismatches(info: dict[str, Any], plan: ServicePlan) -> list[str]:
-    """Differences between `/server_info` and what was deployed, as `key: got X, expected Y`."""
-    problems = []
-    for key, want in expected_server_info(plan).items():
-        got = info.get(key)
-        if isinstance(want, str) and isinstance(got, str):
-            same = got.upper() == want
-        else:
-            same = got == want
-        if not same:
-            problems.append(f"{key}: got {got!r}, expected {want!r}")
-    return problems
+    """Differences between `/server_info` and what was deployed, as `key: server says X, deployed Y`."""
+    return server_info.mismatches(expected_server_info(plan), info)
 
 
 def wait_healthy(

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import httpx
 
+from . import server_info
 from .config import Host, Project, Service
 from .exceptions import ConfigError, HostError
 from .manifest import EnvVerdict, env_of_state, read_env_verdict, state_key
@@ -116,33 +117,16 @@ def deployed_settings(
 def expected_server_info(project: Project, service: Service, deployed: dict[str, Any]) -> dict[str, Any]:
     """The `/server_info` values the service must report.
 
-    Budget/topk come from state.json when deploy overrode them (`deploy --budget`), else from the
-    project file; the block size only applies to speculative algorithms.
+    Algorithm, budget and topk come from state.json when deploy set them (`deploy --budget`), else
+    from the project file.
     """
-    algorithm = deployed.get("algorithm") or service.algorithm
-    expected: dict[str, Any] = {"speculative_algorithm": str(algorithm).upper()}
-    if algorithm in ("dflash", "ddtree"):
-        expected["speculative_num_draft_tokens"] = deployed.get("block_size") or project.engine.block_size
-    if algorithm == "ddtree":
-        budget = deployed.get("budget")
-        topk = deployed.get("topk")
-        expected["speculative_ddtree_budget"] = service.budget if budget is None else budget
-        expected["speculative_ddtree_topk"] = service.topk if topk is None else topk
-    return expected
-
-
-def info_mismatches(expected: dict[str, Any], info: dict[str, Any]) -> list[str]:
-    """Each key where the server disagrees with what was deployed, as `key: server says X, deployed Y`."""
-    problems = []
-    for key, want in expected.items():
-        got = info.get(key)
-        if isinstance(want, str) and isinstance(got, str):
-            same = want.upper() == got.upper()
-        else:
-            same = got == want
-        if not same:
-            problems.append(f"{key}: server says {got!r}, deployed {want!r}")
-    return problems
+    budget, topk = deployed.get("budget"), deployed.get("topk")
+    return server_info.expected(
+        deployed.get("algorithm") or service.algorithm,
+        deployed.get("block_size") or project.engine.block_size,
+        service.budget if budget is None else budget,
+        service.topk if topk is None else topk,
+    )
 
 
 def unit_failures(unit: UnitState) -> tuple[list[str], list[str]]:
@@ -270,7 +254,7 @@ def evaluate(
     result.failures += http.failures
     result.expected_info = expected_server_info(project, service, deployed)
     if http.info is not None:
-        result.info_mismatches = info_mismatches(result.expected_info, http.info)
+        result.info_mismatches = server_info.mismatches(result.expected_info, http.info)
         result.failures += [f"server_info: {m}" for m in result.info_mismatches]
     text, tokens, gen_failures = _generation_failures(http.generation)
     result.generation_text, result.generation_tokens = text, tokens

@@ -126,10 +126,10 @@ def test_server_info_mismatch_names_each_key():
     }
     assert server_info_mismatches(ok, tree) == []
     problems = server_info_mismatches({**ok, "speculative_ddtree_budget": 7}, tree)
-    assert problems == ["speculative_ddtree_budget: got 7, expected 15"]
+    assert problems == ["speculative_ddtree_budget: server says 7, deployed 15"]
     # A drafter whose block size is not the project file's is caught by the gate, not later.
     assert server_info_mismatches({**ok, "speculative_num_draft_tokens": 8}, tree) == [
-        "speculative_num_draft_tokens: got 8, expected 16"
+        "speculative_num_draft_tokens: server says 8, deployed 16"
     ]
     baseline = next(s for s in plan.hosts[0].services if s.service == "baseline")
     assert server_info_mismatches(
@@ -271,7 +271,7 @@ def test_server_info_mismatch_fails_the_gate(fleet):
     report = execute_deploy(plan_deploy(parse_project(project_doc(ports))), run_playbook=runner)
     assert not report.ok
     tree = next(s for s in report.hosts[0].services if s.service == "tree")
-    assert "speculative_ddtree_topk: got 2, expected 8" in report.failure
+    assert "speculative_ddtree_topk: server says 2, deployed 8" in report.failure
     # It had no previous release: the rollback stops it instead of leaving a wrong service running.
     assert tree.status == "stopped"
 

@@ -18,7 +18,6 @@ from ddtree_ops.health import (
     deployed_settings,
     evaluate,
     expected_server_info,
-    info_mismatches,
     run_healthcheck,
     unit_failures,
 )
@@ -150,6 +149,8 @@ def test_expected_info_prefers_what_deploy_recorded():
 
 
 def test_info_mismatches():
+    from ddtree_ops.server_info import mismatches as info_mismatches
+
     expected = {"speculative_algorithm": "DDTREE", "speculative_ddtree_budget": 15}
     assert info_mismatches(expected, {"speculative_algorithm": "ddtree", "speculative_ddtree_budget": 15}) == []
     assert info_mismatches(expected, {"speculative_algorithm": "DFLASH", "speculative_ddtree_budget": 7}) == [
