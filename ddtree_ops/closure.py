@@ -126,12 +126,16 @@ def compile_inputs(release: str, flavour: str) -> list[str]:
     return lines + engine_requirements()
 
 
+def uv_path() -> str:
+    """The uv executable: on PATH, or beside this interpreter (a venv's bin/ when PATH lacks it)."""
+    return shutil.which("uv") or str(Path(sys.executable).with_name("uv"))
+
+
 def freeze_command(release: str, flavour: str, python_tag: str, machine: str, exclude_newer: str, inputs: Path, output: Path) -> list[str]:
     rel = knowledge.releases()["releases"][release]
     flav = rel["flavours"][flavour]
-    uv = shutil.which("uv") or str(Path(sys.executable).with_name("uv"))
     argv = [
-        uv, "pip", "compile", "--no-config", "--quiet", "--no-header", "--generate-hashes",
+        uv_path(), "pip", "compile", "--no-config", "--quiet", "--no-header", "--generate-hashes",
         "--python-version", f"{python_tag[2]}.{python_tag[3:]}",
         "--python-platform", uv_platform(rel["glibc_min"], machine),
         "--exclude-newer", exclude_newer,

@@ -86,8 +86,11 @@ class Engine(_Strict):
         return self
 
 
+SERVICE_NAME_PATTERN = r"^[a-z0-9][a-z0-9-]*$"  # also the unit's name: ddtree-<name>.service
+
+
 class Service(_Strict):
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    name: str = Field(pattern=SERVICE_NAME_PATTERN)
     algorithm: Algorithm
     port: int = Field(ge=1024, le=65535)
     budget: int | None = Field(None, ge=0)

@@ -171,19 +171,25 @@ class HostFacts:
     releases: dict[str, dict[str, Any]] = field(default_factory=dict)  # service -> its current release.json
 
 
-def parse_host_query(services: list[str], text: str) -> HostFacts:
-    """Split the output of `host_query_command` back into unit states and state.json."""
+def _split_sections(text: str, *, state_mark: bool) -> dict[str, list[str]]:
+    """Lines after each `_UNIT_MARK name` marker (and, with `state_mark`, after `_STATE_MARK`), by name."""
     sections: dict[str, list[str]] = {}
     current: str | None = None
     for line in text.splitlines():
         if line.startswith(_UNIT_MARK):
             current = line[len(_UNIT_MARK) :].strip()
             sections[current] = []
-        elif line.strip() == _STATE_MARK:
+        elif state_mark and line.strip() == _STATE_MARK:
             current = _STATE_MARK
             sections[current] = []
         elif current is not None:
             sections[current].append(line)
+    return sections
+
+
+def parse_host_query(services: list[str], text: str) -> HostFacts:
+    """Split the output of `host_query_command` back into unit states and state.json."""
+    sections = _split_sections(text, state_mark=True)
     units = {
         svc: parse_systemctl_show(unit_name(svc), "\n".join(sections.get(unit_name(svc), []))) for svc in services
     }
@@ -218,14 +224,7 @@ def release_query_command(releases: dict[str, str]) -> str:
 
 def parse_release_query(text: str) -> dict[str, dict[str, Any]]:
     """The output of `release_query_command` as service -> release.json (unreadable ones left out)."""
-    sections: dict[str, list[str]] = {}
-    current: str | None = None
-    for line in text.splitlines():
-        if line.startswith(_UNIT_MARK):
-            current = line[len(_UNIT_MARK) :].strip()
-            sections[current] = []
-        elif current is not None:
-            sections[current].append(line)
+    sections = _split_sections(text, state_mark=False)
     out: dict[str, dict[str, Any]] = {}
     for svc, lines in sections.items():
         try:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .config import Project
+from .config import SERVICE_NAME_PATTERN, Project
 from .exceptions import ConfigError, HostError
 
 UNDEPLOY_PLAYBOOK = "undeploy.yml"
@@ -48,7 +48,7 @@ def plan_undeploy(
     names = list(services) if services else [s.name for s in project.services]
     known = {s.name: s for s in project.services}
     for name in names:
-        if name not in known and not re.fullmatch(r"[a-z0-9][a-z0-9-]*", name):
+        if name not in known and not re.fullmatch(SERVICE_NAME_PATTERN, name):
             raise ConfigError(f"--services {name!r}: not a service name (lower-case letters, digits and dashes)")
     pairs = []
     for host in selected_hosts:

@@ -191,10 +191,10 @@ def ensure_wheelhouse(lock, engine_dir: Path | None = None, source: str = "wheel
     from .resolve import CudaLock
 
     engine_dir = engine_dir or engine_source_dir()
+    if lock.engine_source and engine_source_digest(engine_dir) != lock.engine_source:
+        raise DdtreeOpsError("the engine sources changed while provisioning; run provision again")
     if isinstance(lock, CudaLock):
         return _ensure_cuda_wheelhouse(lock, engine_dir, source)
-    if engine_source_digest(engine_dir) != lock.engine_source:
-        raise DdtreeOpsError("the engine sources changed while provisioning; run provision again")
     final = wheelhouse_dir(lock)
     if (final / COMPLETE).exists():
         return final / TARBALL
@@ -259,8 +259,6 @@ def _ensure_cuda_wheelhouse(lock, engine_dir: Path, source: str) -> Path:
     every wheel of the env for the host's Python and platform, checked against the closure's hashes."""
     from . import closure as closures
 
-    if lock.engine_source and engine_source_digest(engine_dir) != lock.engine_source:
-        raise DdtreeOpsError("the engine sources changed while provisioning; run provision again")
     final = _root() / f"{lock.short_hash}-{source}"
     if (final / COMPLETE).exists():
         return final / TARBALL

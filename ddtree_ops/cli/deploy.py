@@ -52,6 +52,17 @@ def _table(report: DeployReport | RollbackReport, title: str) -> Table:
     return table
 
 
+def _render(ctx: click.Context, report: DeployReport | RollbackReport, title: str, json_: bool) -> None:
+    """The report as JSON or a table; exit 1 with the failure when the rollout (or rollback) failed."""
+    if json_:
+        emit_json(report.to_dict())
+    else:
+        Console().print(_table(report, title))
+    if not report.ok:
+        click.echo(f"error: {report.failure}", err=True)
+        ctx.exit(1)
+
+
 @cli.command()
 @click.option(
     "--budget", type=int, default=None, help="Tree budget for the ddtree service(s) (verify width = budget + 1)."
@@ -88,13 +99,7 @@ def deploy(ctx, budget, topk, services_, hosts_, json_):
         unit_probe=systemd_unit_probe(plan.project),
         env_gate=stored_manifest_gate(plan.project),
     )
-    if json_:
-        emit_json(report.to_dict())
-    else:
-        Console().print(_table(report, f"deploy {report.deploy_id}"))
-    if not report.ok:
-        click.echo(f"error: {report.failure}", err=True)
-        ctx.exit(1)
+    _render(ctx, report, f"deploy {report.deploy_id}", json_)
 
 
 @cli.command()
@@ -115,13 +120,7 @@ def rollback(ctx, services_, hosts_, json_):
         progress=_progress,
         unit_probe=systemd_unit_probe(project),
     )
-    if json_:
-        emit_json(report.to_dict())
-    else:
-        Console().print(_table(report, report.rollback_id))
-    if not report.ok:
-        click.echo(f"error: {report.failure}", err=True)
-        ctx.exit(1)
+    _render(ctx, report, report.rollback_id, json_)
 
 
 @cli.command()

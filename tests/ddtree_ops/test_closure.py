@@ -4,7 +4,6 @@ and the committed files reproducible from PyPI."""
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import subprocess
 import tomllib
 from pathlib import Path
@@ -94,7 +93,7 @@ def _pypi_reachable() -> bool:
         return False
 
 
-@pytest.mark.skipif(shutil.which("uv") is None and not (Path(__import__("sys").executable).with_name("uv")).exists(), reason="uv is not installed")
+@pytest.mark.skipif(not Path(closure.uv_path()).exists(), reason="uv is not installed")
 def test_freezing_again_reproduces_the_committed_closure(tmp_path):
     if not _pypi_reachable():
         pytest.skip("PyPI is not reachable from here")
@@ -103,17 +102,15 @@ def test_freezing_again_reproduces_the_committed_closure(tmp_path):
     assert fresh.read_text() == committed.read_text()
 
 
+@pytest.mark.skipif(not Path(closure.uv_path()).exists(), reason="uv is not installed")
 def test_freezing_a_release_the_engine_conflicts_with_fails_naming_both_pins(tmp_path):
-    if shutil.which("uv") is None and not Path(__import__("sys").executable).with_name("uv").exists():
-        pytest.skip("uv is not installed")
     if not _pypi_reachable():
         pytest.skip("PyPI is not reachable from here")
     # 0.5.6's own flavours need PyTorch's index; resolving it against PyPI alone still meets the conflict first.
     argv_inputs = tmp_path / "in.txt"
     argv_inputs.write_text("sglang==0.5.6\n" + "\n".join(closure.engine_requirements()) + "\n")
-    uv = shutil.which("uv") or str(Path(__import__("sys").executable).with_name("uv"))
     proc = subprocess.run(
-        [uv, "pip", "compile", "--no-config", "--quiet", "--python-version", "3.12", "--python-platform", "x86_64-manylinux_2_28",
+        [closure.uv_path(), "pip", "compile", "--no-config", "--quiet", "--python-version", "3.12", "--python-platform", "x86_64-manylinux_2_28",
          "--exclude-newer", "2026-11-29", str(argv_inputs)],
         capture_output=True, text=True, check=False,
     )  # fmt: skip

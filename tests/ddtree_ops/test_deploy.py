@@ -31,23 +31,9 @@ from ddtree_ops.deploy import (
 )
 from ddtree_ops.exceptions import ConfigError, HostError
 
-MANIFEST_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "manifests" / "h200-manifest.json"
+from manifest_docs import H200_MANIFEST as MANIFEST_FIXTURE
+from manifest_docs import failed_manifest_doc
 ENV = "/opt/ddtree/envs/0123456789abcdef"
-
-
-def failed_manifest_text() -> str:
-    doc = json.loads(MANIFEST_FIXTURE.read_text())
-    doc["checks"].append(
-        {
-            "name": "import:ddtree_engine.reference.engine",
-            "status": "fail",
-            "ok": False,
-            "class": "missing-python-dependency",
-            "reason": "importing ddtree_engine.reference.engine needs the Python module 'safetensors', which is not installed",
-        }
-    )
-    doc["ok"] = False
-    return json.dumps(doc)
 
 
 def free_port(address: str) -> int:
@@ -336,7 +322,7 @@ def test_cli_json_report_and_exit_codes(config_file, fleet):
 
 def test_cli_stops_at_a_host_whose_env_failed_its_abi_manifest(config_file, stored_manifests):
     path, runner = config_file
-    stored_manifests["h2"] = failed_manifest_text()
+    stored_manifests["h2"] = json.dumps(failed_manifest_doc())
     result = CliRunner().invoke(cli, ["-c", str(path), "deploy", "--json"], catch_exceptions=False)
     assert result.exit_code == 1, result.output
     doc = json.loads(result.stdout)

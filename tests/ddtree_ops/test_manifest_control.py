@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -13,7 +12,8 @@ from ddtree_ops import manifest
 from ddtree_ops.exceptions import CheckFailed, ConfigError
 from ddtree_ops.probe import MANIFEST_SCRIPT
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "manifests" / "h200-manifest.json"
+from manifest_docs import H200_MANIFEST as FIXTURE
+from manifest_docs import failed_manifest_doc
 
 
 def test_real_h200_manifest_parses_and_passes_the_gate():
@@ -69,21 +69,6 @@ def test_run_local_with_this_interpreter():
 # --- the manifest stored beside a host's env: what deploy and healthcheck read ----------------------
 
 
-def _failed_doc() -> dict:
-    doc = json.loads(FIXTURE.read_text())
-    doc["checks"].append(
-        {
-            "name": "import:ddtree_engine.reference.engine",
-            "status": "fail",
-            "ok": False,
-            "class": "missing-python-dependency",
-            "reason": "importing ddtree_engine.reference.engine needs the Python module 'safetensors', which is not installed",
-        }
-    )
-    doc["ok"] = False
-    return doc
-
-
 def test_stored_manifest_that_passed_lets_deploy_through():
     verdict = manifest.verdict_from_text("gpu-1", "/opt/ddtree/envs/abc", FIXTURE.read_text())
     assert verdict.status == "ok" and verdict.ok and verdict.short() == "ok"
@@ -92,7 +77,7 @@ def test_stored_manifest_that_passed_lets_deploy_through():
 
 
 def test_stored_manifest_that_failed_names_the_host_env_and_each_failed_check():
-    verdict = manifest.verdict_from_text("lab-2", "/opt/ddtree/envs/abc", json.dumps(_failed_doc()))
+    verdict = manifest.verdict_from_text("lab-2", "/opt/ddtree/envs/abc", json.dumps(failed_manifest_doc()))
     assert verdict.status == "failed" and not verdict.ok
     assert verdict.short() == "failed: import:ddtree_engine.reference.engine"
     refusal = verdict.refusal()
