@@ -13,6 +13,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from . import knowledge
 from .exceptions import ConfigError
 
 DEFAULT_CONFIG_NAME = "ddtree.yaml"
@@ -69,8 +70,6 @@ class Engine(_Strict):
     @field_validator("sglang_version")
     @classmethod
     def _known_sglang_release(cls, version: str | None) -> str | None:
-        from . import knowledge
-
         known = knowledge.releases()["releases"]
         if version is not None and version not in known:
             raise ValueError(f"sglang {version} is not a release ddtree-ops has data for; use one of: {', '.join(sorted(known))}")

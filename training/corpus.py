@@ -13,7 +13,7 @@ import json
 import random
 import re
 
-# The built-in compare prompts (ddtree_ops/prompts.py) appear verbatim among the prompts.
+# The built-in compare prompts (ddtree_ops/compare/prompts.py) appear verbatim among the prompts.
 FIB_PROMPT = "Write a Python function fibonacci(n) that returns the n-th Fibonacci number iteratively."
 ADD_PROMPT = "What is {a}+{b}? Answer with the number only."
 STEPS_PROMPT = "Compute {terms} step by step, then give the total."

@@ -16,8 +16,8 @@ sys.path.insert(0, str(ROOT / "engine_patches" / "ddtree_engine" / "src"))
 sys.path.insert(0, str(ROOT))
 
 from ddtree_engine.reference.engine import load_engine  # noqa: E402
-from ddtree_engine.reference.types import SamplingParams, SpeculativeConfig  # noqa: E402
-from ddtree_ops.prompts import BUILTIN_PROMPTS  # noqa: E402
+from ddtree_engine.types import SamplingParams, SpeculativeConfig  # noqa: E402
+from ddtree_ops.compare.prompts import BUILTIN_PROMPTS  # noqa: E402
 
 SPECS = {
     "ar": SpeculativeConfig("ar"),

@@ -2,13 +2,51 @@
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import click
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
 
 from ..config import Project, load_project
 from ..exceptions import DdtreeOpsError
+from ..hosts.ansible import run_playbook
+from ..hosts.ssh import SSH, Transport
+
+
+@contextmanager
+def live_table(first: Table) -> Iterator[Callable[[Table], None]]:
+    """The CLI's Ansible Display: the per-host progress table, redrawn in place on stderr."""
+    with Live(first, console=Console(stderr=True), refresh_per_second=4, transient=False) as live:
+        yield live.update
+
+
+@dataclass(frozen=True)
+class Seams:
+    """The side effects every command hands to the library: the Ansible runner and the SSH transport.
+
+    The real ones by default; a test passes its own through click's `obj`
+    (`CliRunner().invoke(cli, args, obj={"seams": Seams(run_playbook=fake)})`).
+    """
+
+    run_playbook: Callable[..., Any] = field(default_factory=lambda: functools.partial(run_playbook, display=live_table))
+    transport: Transport = SSH
+
+
+def seams_from(ctx: click.Context) -> Seams:
+    """The Seams of this invocation (the real ones unless a caller passed others)."""
+    return (ctx.find_root().obj or {}).get("seams") or Seams()
+
+
+def say(line: str) -> None:
+    """The CLI's Progress: one line on stderr."""
+    click.echo(line, err=True)
 
 
 def project_from(ctx: click.Context) -> Project:

@@ -6,13 +6,13 @@ import os
 from pathlib import Path
 
 import click
+from rich.table import Table
 
-from ..compare import CompareReport, default_out_dir, run_compare, write_compare_files
+from ..compare.prompts import load_prompts
+from ..compare.report import TABLE_COLUMNS, fmt, table_rows
+from ..compare.run import CompareReport, default_out_dir, run_compare, write_compare_files
 from ..exceptions import CheckFailed, ConfigError
-from ..prompts import load_prompts
-from ..report import TABLE_COLUMNS, fmt, table_rows
-from . import cli
-from .common import emit_json, json_option, project_from
+from .common import emit_json, json_option, project_from, say
 from .health import console, split_names
 
 
@@ -30,8 +30,6 @@ def check_out_dir(path) -> Path:
 
 
 def _render(report: CompareReport, files: dict) -> None:
-    from rich.table import Table
-
     s = report.settings
     table = Table(title=f"ddtree compare: {s.baseline} vs {s.tree} ({s.runs} run(s), {s.max_tokens} max tokens, T=0)")
     for col in TABLE_COLUMNS:
@@ -49,7 +47,7 @@ def _render(report: CompareReport, files: dict) -> None:
     out.print(f"report: {files['markdown']}, {files['json']}, {files['chart']}")
 
 
-@cli.command("compare")
+@click.command("compare")
 @click.option("--baseline", default="baseline", show_default=True, help="Service name of the linear arm.")
 @click.option("--tree", default="tree", show_default=True, help="Service name of the tree arm.")
 @click.option(
@@ -91,7 +89,7 @@ def compare(
         max_tokens=max_tokens,
         host_names=split_names(hosts),
         timeout_s=timeout,
-        on_progress=lambda msg: click.echo(msg, err=True),
+        progress=say,
     )
     files = write_compare_files(report, out)
     if json_:

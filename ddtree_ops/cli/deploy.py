@@ -8,18 +8,14 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ..deploy import (
-    DeployReport,
-    RollbackReport,
-    execute_deploy,
-    execute_rollback,
-    plan_deploy,
-    stored_manifest_gate,
-    systemd_unit_probe,
-)
+from ..deploy.gate import systemd_unit_probe
+from ..deploy.outcomes import DeployReport, RollbackReport
+from ..deploy.plan import plan_deploy
+from ..deploy.rollback import execute_rollback
+from ..deploy.rollout import execute_deploy, stored_manifest_gate
+from ..deploy.undeploy import execute_undeploy
 from ..exceptions import ConfigError
-from . import cli
-from .common import emit_json, json_option, project_from
+from .common import emit_json, json_option, project_from, say, seams_from
 
 API_KEY_ENV = "DDTREE_API_KEY"
 
@@ -31,10 +27,6 @@ def _names(value: str | None, option: str) -> list[str] | None:
     if not names:
         raise ConfigError(f"{option} needs at least one name (comma-separated)")
     return names
-
-
-def _progress(message: str) -> None:
-    click.echo(message, err=True)
 
 
 def _table(report: DeployReport | RollbackReport, title: str) -> Table:
@@ -63,7 +55,7 @@ def _render(ctx: click.Context, report: DeployReport | RollbackReport, title: st
         ctx.exit(1)
 
 
-@cli.command()
+@click.command()
 @click.option(
     "--budget", type=int, default=None, help="Tree budget for the ddtree service(s) (verify width = budget + 1)."
 )
@@ -93,16 +85,18 @@ def deploy(ctx, budget, topk, services_, hosts_, json_):
     )
     for warning in plan.warnings:
         click.echo(f"warning: {warning}", err=True)
+    seams = seams_from(ctx)
     report = execute_deploy(
         plan,
-        progress=_progress,
-        unit_probe=systemd_unit_probe(plan.project),
-        env_gate=stored_manifest_gate(plan.project),
+        progress=say,
+        run_playbook=seams.run_playbook,
+        unit_probe=systemd_unit_probe(plan.project, seams.transport),
+        env_gate=stored_manifest_gate(plan.project, seams.transport),
     )
     _render(ctx, report, f"deploy {report.deploy_id}", json_)
 
 
-@cli.command()
+@click.command()
 @click.option("--services", "services_", default=None, metavar="A,B", help="Only these services (default: all).")
 @click.option("--hosts", "hosts_", default=None, metavar="H1,H2", help="Only these hosts (default: all).")
 @json_option
@@ -113,17 +107,19 @@ def rollback(ctx, services_, hosts_, json_):
     Services without a previous release are left as they are.
     """
     project = project_from(ctx)
+    seams = seams_from(ctx)
     report = execute_rollback(
         project,
         services=_names(services_, "--services"),
         hosts=_names(hosts_, "--hosts"),
-        progress=_progress,
-        unit_probe=systemd_unit_probe(project),
+        progress=say,
+        run_playbook=seams.run_playbook,
+        unit_probe=systemd_unit_probe(project, seams.transport),
     )
     _render(ctx, report, report.rollback_id, json_)
 
 
-@cli.command()
+@click.command()
 @click.option("--services", "services_", default=None, metavar="A,B", help="Only these services (default: all).")
 @click.option("--hosts", "hosts_", default=None, metavar="H1,H2", help="Only these hosts (default: all).")
 @json_option
@@ -134,12 +130,11 @@ def undeploy(ctx, services_, hosts_, json_):
     Their releases stay on disk, and so does the engine env (or image). A service no longer in
     the project file can be named with --services: it is removed wherever it is found.
     """
-    from ..undeploy import execute_undeploy
-
     project = project_from(ctx)
     report = execute_undeploy(
-        project, services=_names(services_, "--services"), hosts=_names(hosts_, "--hosts"), progress=_progress
-    )
+        project, services=_names(services_, "--services"), hosts=_names(hosts_, "--hosts"), progress=say,
+        run_playbook=seams_from(ctx).run_playbook,
+    )  # fmt: skip
     if json_:
         emit_json(report.to_dict())
     else:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import click
 
-from .. import doctor as doctoring
-from . import cli
-from .common import emit_json, json_option, project_from
+from ..health import doctor as doctoring
+from .common import emit_json, json_option, project_from, seams_from
 
 
-@cli.command()
+@click.command()
 @click.argument("host_names", metavar="[HOST]...", nargs=-1)
 @click.option("--container/--no-container", "container_mode", default=None, help="Check Docker too (default: when engine.install.mode is container).")
 @click.option("--connect-timeout", "connect_timeout_s", type=click.IntRange(1, 120), default=5, show_default=True, help="SSH connect timeout per host, seconds.")
@@ -23,7 +22,9 @@ def doctor(ctx: click.Context, host_names: tuple[str, ...], container_mode: bool
     """
     project = project_from(ctx)
     hosts = project.select_hosts(host_names)  # unknown names: ConfigError (exit 2) before any host is touched
-    report = doctoring.run_doctor(project, hosts, container_mode, connect_timeout_s, run_manifest=not no_manifest)
+    report = doctoring.run_doctor(
+        project, hosts, container_mode, connect_timeout_s, run_manifest=not no_manifest, transport=seams_from(ctx).transport
+    )
     if json_:
         emit_json(report.to_dict())
     else:

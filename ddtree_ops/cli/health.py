@@ -5,12 +5,13 @@ from __future__ import annotations
 import sys
 
 import click
+from rich.console import Console
+from rich.table import Table
 
+from ..compare.report import fmt
 from ..exceptions import CheckFailed
-from ..health import HealthReport, run_healthcheck
-from ..report import fmt
-from . import cli
-from .common import emit_json, json_option, project_from
+from ..health.check import HealthReport, run_healthcheck
+from .common import emit_json, json_option, project_from, say, seams_from
 
 
 def split_names(values: tuple[str, ...]) -> list[str] | None:
@@ -21,14 +22,10 @@ def split_names(values: tuple[str, ...]) -> list[str] | None:
 
 def console():
     """A rich console on stdout, wide enough for the tables when stdout is not a terminal."""
-    from rich.console import Console
-
     return Console(width=None if sys.stdout.isatty() else 200)
 
 
 def _render(report: HealthReport) -> None:
-    from rich.table import Table
-
     table = Table(title="ddtree healthcheck")
     for col in ("host", "service", "unit", "restarts", "env manifest", "health", "server_info", "generation", "accept len", "verdict"):
         table.add_column(col)
@@ -51,7 +48,7 @@ def _render(report: HealthReport) -> None:
             out.print(f"[yellow]warning[/yellow] {r.host}/{r.service}: {w}")
 
 
-@cli.command("healthcheck")
+@click.command("healthcheck")
 @click.option("--hosts", "hosts", multiple=True, help="Only these hosts (repeat or comma-separate).")
 @click.option("--services", "services", multiple=True, help="Only these services (repeat or comma-separate).")
 @click.option(
@@ -71,7 +68,8 @@ def healthcheck(ctx: click.Context, hosts: tuple[str, ...], services: tuple[str,
         split_names(services),
         check_systemd=not no_systemd,
         timeout_s=timeout,
-        on_progress=lambda msg: click.echo(msg, err=True),
+        progress=say,
+        transport=seams_from(ctx).transport,
     )
     if json_:
         emit_json(report.to_dict())

@@ -10,7 +10,6 @@ import yaml
 
 from ..config import DEFAULT_CONFIG_NAME, parse_project
 from ..exceptions import ConfigError
-from . import cli
 
 
 def example_project_text() -> str:
@@ -29,7 +28,7 @@ def write_example(path: Path, force: bool = False) -> Path:
     return path
 
 
-@cli.command("init")
+@click.command("init")
 @click.argument("path", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_CONFIG_NAME)
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 def init(path: Path, force: bool) -> None:

@@ -9,7 +9,6 @@ from rich.console import Console
 from rich.table import Table
 
 from .. import lab as lab_fleet
-from . import cli
 from .common import emit_json, json_option
 
 _dir_option = click.option(
@@ -21,7 +20,7 @@ _dir_option = click.option(
 )
 
 
-@cli.group()
+@click.group()
 def lab() -> None:
     """A local fleet of Docker hosts running systemd and sshd."""
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from .. import plan as planning
+from ..provision import plan as planning
 from ..config import Host, Project
 from .common import emit_json
 

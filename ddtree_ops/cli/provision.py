@@ -6,14 +6,13 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from .. import provision as provisioning
 from ..exceptions import CheckFailed
-from . import cli
-from .common import emit_json, json_option, project_from
+from ..provision import run as provisioning
+from .common import emit_json, json_option, project_from, seams_from
 from .plan import handle_plan, plan_options
 
 
-@cli.command()
+@click.command()
 @click.argument("host_names", metavar="[HOST]...", nargs=-1)
 @plan_options
 @json_option
@@ -40,7 +39,14 @@ def provision(
     if handle_plan(ctx, project, hosts, plan, facts_file, gpu_archs, json_):
         return
     provisioning.check_supported(project)
-    report = provisioning.provision(project, hosts, on_progress=lambda line: click.echo(f"  docker build | {line}", err=True))
+    seams = seams_from(ctx)
+    report = provisioning.provision(
+        project,
+        hosts,
+        progress=lambda line: click.echo(f"  docker build | {line}", err=True),
+        transport=seams.transport,
+        run_playbook=seams.run_playbook,
+    )
     if json_:
         emit_json(report.to_dict())
     else:

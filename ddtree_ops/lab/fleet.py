@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
@@ -15,8 +16,9 @@ from pathlib import Path
 
 import yaml
 
-from ..config import parse_project
+from ..config import Host, SshSettings, parse_project
 from ..exceptions import ConfigError, HostError
+from ..hosts.ssh import SSH, Transport
 from .docker import docker, ensure_docker
 from .image import LAB_IMAGE, ensure_image
 
@@ -160,15 +162,11 @@ def _install_key(container: str, public_key: str) -> None:
     )  # fmt: skip
 
 
-def ssh_answers(address: str, key: Path, timeout_s: int = 5) -> bool:
-    """Whether `ssh -i KEY root@ADDRESS true` succeeds from this machine."""
-    argv = [
-        "ssh", "-i", str(key), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
-        "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", f"ConnectTimeout={timeout_s}",
-        f"root@{address}", "true",
-    ]  # fmt: skip
+def ssh_answers(address: str, key: Path, timeout_s: int = 5, transport: Transport = SSH) -> bool:
+    """Whether `ssh -i KEY root@ADDRESS true` succeeds from this machine (through the SSH seam)."""
+    host = Host(name="lab-host", address=address, ssh=SshSettings(user="root", port=22, key=str(key)))
     try:
-        return subprocess.run(argv, capture_output=True, timeout=timeout_s + 5, check=False).returncode == 0
+        return transport.call(host, "true", timeout_s=timeout_s + 5, connect_timeout_s=timeout_s).returncode == 0
     except subprocess.TimeoutExpired:
         return False
 
@@ -298,8 +296,6 @@ def down(lab_dir: Path | None = None) -> list[str]:
 
     Returns the names of what was removed. The image stays, so the next `up` is quick.
     """
-    import shutil
-
     lab_dir = Path(lab_dir) if lab_dir else default_lab_dir()
     ensure_docker()
     removed = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ LAB_IMAGE = "ddtree-lab:bookworm-2"
 # The plain Debian root filesystem under it (python3 + venv, no systemd set-up): the CPU engine image's base.
 LAB_ROOTFS_IMAGE = "ddtree-lab-base:bookworm-v1"
 BUILD_SCRIPT = "docker/lab/build-image.sh"
+log = logging.getLogger(__name__)
 
 
 def image_present(tag: str = LAB_IMAGE) -> bool:
@@ -33,7 +35,7 @@ def ensure_image(tag: str = LAB_IMAGE) -> float:
     script = repo_root() / BUILD_SCRIPT
     if not script.exists():
         raise DdtreeOpsError(f"the lab image {tag} is missing and {script} is not here to build it")
-    print(f"building the lab image {tag} (debootstrap; a few minutes, cached afterwards)", file=sys.stderr)
+    log.info("building the lab image %s (debootstrap; a few minutes, cached afterwards)", tag)
     started = time.monotonic()
     env = dict(os.environ, DDTREE_LAB_CACHE=str(cache_dir() / "lab"))
     proc = subprocess.run(["bash", str(script), tag], stdout=sys.stderr, stderr=sys.stderr, env=env, check=False)

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from ddtree_ops.wheelhouse import ENGINE_SRC_ENV, engine_source_dir
+from ddtree_ops.provision.engine_source import ENGINE_SRC_ENV, engine_source_dir
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from ddtree_ops.cli import cli
 from ddtree_ops.config import load_project
-from ddtree_ops.remote import ssh_run
+from ddtree_ops.hosts.ssh import SSH
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -78,16 +78,16 @@ def test_provision_builds_ships_and_verifies_the_image_then_is_idempotent(contai
     assert row["env"] == f"/opt/ddtree/images/{lock_hash[:16]}"
 
     # The host's Docker Engine runs now, holds the very image built here, and the record is in state.json.
-    assert ssh_run(lab2, "systemctl is-active docker; systemctl is-enabled docker").split() == ["active", "enabled"]
-    remote_id = ssh_run(lab2, f"docker image inspect --format '{{{{.Id}}}}' {tag}").strip()
+    assert SSH.run(lab2, "systemctl is-active docker; systemctl is-enabled docker").split() == ["active", "enabled"]
+    remote_id = SSH.run(lab2, f"docker image inspect --format '{{{{.Id}}}}' {tag}").strip()
     assert remote_id == _local_image_id(tag)
-    state = json.loads(ssh_run(lab2, "cat /var/lib/ddtree/state.json"))
+    state = json.loads(SSH.run(lab2, "cat /var/lib/ddtree/state.json"))
     assert state["image"]["tag"] == tag and state["image"]["lock_hash"] == lock_hash
-    stored = json.loads(ssh_run(lab2, f"cat {row['env']}/abi-manifest.json"))
+    stored = json.loads(SSH.run(lab2, f"cat {row['env']}/abi-manifest.json"))
     assert stored["ok"] is True
     assert {c["name"]: c["status"] for c in stored["checks"]}["import:ddtree_engine.reference.engine"] == "ok"
     # lab-1 was not asked for: its Docker Engine stays off.
-    assert ssh_run(lab1, "systemctl is-active docker || true").strip() == "inactive"
+    assert SSH.run(lab1, "systemctl is-active docker || true").strip() == "inactive"
 
     # doctor sees the same: Docker running, the lock's image loaded, its stored manifest passing; lab-1 has no engine running.
     doctor = _run("-c", container_config, "doctor", "--json")
@@ -106,7 +106,7 @@ def test_provision_builds_ships_and_verifies_the_image_then_is_idempotent(contai
 def test_deploy_runs_the_services_from_the_image_under_systemd(container_config):
     project = load_project(container_config)
     lab2 = project.host("lab-2")
-    state = json.loads(ssh_run(lab2, "cat /var/lib/ddtree/state.json"))
+    state = json.loads(SSH.run(lab2, "cat /var/lib/ddtree/state.json"))
     tag = state["image"]["tag"]
 
     deployed = _run("-c", container_config, "deploy", "--budget", "15", "--topk", "8", "--json")
@@ -114,9 +114,9 @@ def test_deploy_runs_the_services_from_the_image_under_systemd(container_config)
     rows = {s["service"]: s for h in json.loads(deployed.stdout)["hosts"] for s in h["services"]}
     assert {name: r["status"] for name, r in rows.items()} == {"c-base": "healthy", "c-tree": "healthy"}
 
-    exec_start = ssh_run(lab2, "systemctl show -p ExecStart --value ddtree-c-tree.service")
+    exec_start = SSH.run(lab2, "systemctl show -p ExecStart --value ddtree-c-tree.service")
     assert "/usr/bin/docker" in exec_start and tag in exec_start
-    running = ssh_run(lab2, "docker ps --format '{{.Names}} {{.Image}}'").split("\n")
+    running = SSH.run(lab2, "docker ps --format '{{.Names}} {{.Image}}'").split("\n")
     assert f"ddtree-c-tree {tag}" in running and f"ddtree-c-base {tag}" in running
 
     url = f"http://{lab2.address}:30101"
@@ -128,11 +128,11 @@ def test_deploy_runs_the_services_from_the_image_under_systemd(container_config)
     assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] >= 1
 
     # systemd supervises the container: killed, it comes back through Restart=on-failure.
-    main_pid = ssh_run(lab2, "systemctl show -p MainPID --value ddtree-c-tree.service").strip()
-    ssh_run(lab2, "docker kill ddtree-c-tree")
+    main_pid = SSH.run(lab2, "systemctl show -p MainPID --value ddtree-c-tree.service").strip()
+    SSH.run(lab2, "docker kill ddtree-c-tree")
     _wait_healthy(url, timeout_s=120)
-    assert ssh_run(lab2, "systemctl show -p MainPID --value ddtree-c-tree.service").strip() != main_pid
-    assert int(ssh_run(lab2, "systemctl show -p NRestarts --value ddtree-c-tree.service")) >= 1
+    assert SSH.run(lab2, "systemctl show -p MainPID --value ddtree-c-tree.service").strip() != main_pid
+    assert int(SSH.run(lab2, "systemctl show -p NRestarts --value ddtree-c-tree.service")) >= 1
 
     health = _run("-c", container_config, "healthcheck", "--json")
     assert health.exit_code == 0, health.output
@@ -147,9 +147,9 @@ def test_undeploy_stops_the_containers_and_forgets_the_services(container_config
     lab2 = project.host("lab-2")
     removed = _run("-c", container_config, "undeploy", "--json")
     assert removed.exit_code == 0, removed.output
-    assert ssh_run(lab2, "docker ps --format '{{.Names}}'").split() == []
-    state = json.loads(ssh_run(lab2, "cat /var/lib/ddtree/state.json"))
+    assert SSH.run(lab2, "docker ps --format '{{.Names}}'").split() == []
+    state = json.loads(SSH.run(lab2, "cat /var/lib/ddtree/state.json"))
     assert not set(state.get("services") or {}) & {"c-base", "c-tree"}
-    assert ssh_run(lab2, "ls /etc/systemd/system/ddtree-c-tree.service 2>/dev/null || echo gone").strip() == "gone"
+    assert SSH.run(lab2, "ls /etc/systemd/system/ddtree-c-tree.service 2>/dev/null || echo gone").strip() == "gone"
     # Stopping a container is a clean stop, and the killed-and-restarted unit left no failed state behind.
-    assert ssh_run(lab2, "systemctl list-units --failed --plain --no-legend 'ddtree-*'").strip() == ""
+    assert SSH.run(lab2, "systemctl list-units --failed --plain --no-legend 'ddtree-*'").strip() == ""

@@ -17,8 +17,8 @@ from click.testing import CliRunner
 
 from ddtree_ops.cli import cli
 from ddtree_ops.config import load_project
-from ddtree_ops.remote import ssh_run
-from ddtree_ops.units import render_env_file, render_unit, unit_spec
+from ddtree_ops.hosts.ssh import SSH
+from ddtree_ops.deploy.units import render_env_file, render_unit, unit_spec
 
 pytestmark = pytest.mark.lab
 
@@ -30,7 +30,7 @@ def _run(*args: str):
 
 
 def _state(project, host: str) -> dict:
-    return json.loads(ssh_run(project.host(host), "cat /var/lib/ddtree/state.json"))
+    return json.loads(SSH.run(project.host(host), "cat /var/lib/ddtree/state.json"))
 
 
 def _server_info(project, host: str, service: str) -> dict:
@@ -79,13 +79,13 @@ def test_host_files_are_the_templates_rendered_by_ansible(deployed):
     service = project.service("tree")
     spec = unit_spec(service, host, project.engine, metrics_log_interval=project.deploy.metrics_log_interval)
     release = state["services"]["tree"]["current"]
-    assert ssh_run(host, "cat /etc/systemd/system/ddtree-tree.service") == render_unit(spec, state["env"]["path"])
-    assert ssh_run(host, f"cat /opt/ddtree/releases/{release}/ddtree-tree.service") == render_unit(
+    assert SSH.run(host, "cat /etc/systemd/system/ddtree-tree.service") == render_unit(spec, state["env"]["path"])
+    assert SSH.run(host, f"cat /opt/ddtree/releases/{release}/ddtree-tree.service") == render_unit(
         spec, state["env"]["path"]
     )
-    assert ssh_run(host, "cat /etc/ddtree/tree.env") == render_env_file(spec)
-    assert ssh_run(host, "stat -c %a /etc/ddtree/tree.env").strip() == "600"
-    assert json.loads(ssh_run(host, f"cat /opt/ddtree/releases/{release}/release.json"))["release_id"] == release
+    assert SSH.run(host, "cat /etc/ddtree/tree.env") == render_env_file(spec)
+    assert SSH.run(host, "stat -c %a /etc/ddtree/tree.env").strip() == "600"
+    assert json.loads(SSH.run(host, f"cat /opt/ddtree/releases/{release}/release.json"))["release_id"] == release
 
 
 def test_second_identical_deploy_changes_nothing(deployed):
@@ -102,8 +102,8 @@ def test_unhealthy_deploy_rolls_back_the_first_host_and_leaves_the_second_untouc
     config, project, _report = deployed
     first, second = project.hosts[0].name, project.hosts[1].name
     state_first_before = _state(project, first)
-    state_second_before = ssh_run(project.hosts[1], "cat /var/lib/ddtree/state.json")
-    unit_second_before = ssh_run(project.hosts[1], "cat /etc/systemd/system/ddtree-tree.service")
+    state_second_before = SSH.run(project.hosts[1], "cat /var/lib/ddtree/state.json")
+    unit_second_before = SSH.run(project.hosts[1], "cat /etc/systemd/system/ddtree-tree.service")
 
     document = yaml.safe_load(Path(config).read_text())
     document["engine"]["target"] = IMPOSSIBLE_MODEL
@@ -130,8 +130,8 @@ def test_unhealthy_deploy_rolls_back_the_first_host_and_leaves_the_second_untouc
     _server_info(project, first, "baseline")
 
     # The second host was never reached.
-    assert ssh_run(project.hosts[1], "cat /var/lib/ddtree/state.json") == state_second_before
-    assert ssh_run(project.hosts[1], "cat /etc/systemd/system/ddtree-tree.service") == unit_second_before
+    assert SSH.run(project.hosts[1], "cat /var/lib/ddtree/state.json") == state_second_before
+    assert SSH.run(project.hosts[1], "cat /etc/systemd/system/ddtree-tree.service") == unit_second_before
 
 
 def test_rollback_command_restores_the_previous_release(deployed):

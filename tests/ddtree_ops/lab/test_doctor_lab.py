@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from ddtree_ops.cli import cli
 from ddtree_ops.config import load_project
-from ddtree_ops.remote import ssh_run
+from ddtree_ops.hosts.ssh import SSH
 
 pytestmark = [pytest.mark.lab]
 
@@ -52,15 +52,15 @@ def test_provisioned_env_passes_then_tampering_is_drift(lab_fleet):
     # Hide one pinned distribution's metadata (its code stays, so nothing else on the host breaks) and restore it.
     host = load_project(config).host("lab-1")
     env = "/opt/ddtree/envs/" + rows[("lab-1", "lock")]["detail"].split()[1]
-    dist_info = ssh_run(host, f"ls -d {env}/lib/python3*/site-packages/filelock-*.dist-info").strip()
-    ssh_run(host, f"mv {dist_info} {dist_info}.hidden")
+    dist_info = SSH.run(host, f"ls -d {env}/lib/python3*/site-packages/filelock-*.dist-info").strip()
+    SSH.run(host, f"mv {dist_info} {dist_info}.hidden")
     try:
         tampered = invoke("-c", config, "doctor", "lab-1", "--no-manifest")
         assert tampered.exit_code == 1
         line = next(l for l in tampered.stdout.splitlines() if " lab-1 " in l and " drift " in l)
         assert line.startswith("FAIL") and "filelock missing (lock " in line
     finally:
-        ssh_run(host, f"mv {dist_info}.hidden {dist_info}")
+        SSH.run(host, f"mv {dist_info}.hidden {dist_info}")
     assert invoke("-c", config, "doctor", "lab-1", "--no-manifest").exit_code == 0
 
 
@@ -79,7 +79,7 @@ def test_doctor_names_a_lab_host_that_stopped_answering(lab_fleet, tmp_path):
 
 
 def test_probe_through_ansible_and_ssh_agree(lab_fleet):
-    from ddtree_ops.probe import probe_host, probe_hosts_ansible
+    from ddtree_ops.hosts.probe import probe_host, probe_hosts_ansible
 
     project = load_project(str(lab_fleet.config_path))
     by_ansible = probe_hosts_ansible(project, project.hosts)

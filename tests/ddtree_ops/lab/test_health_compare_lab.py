@@ -15,8 +15,8 @@ from click.testing import CliRunner
 
 from ddtree_ops.cli import cli
 from ddtree_ops.config import load_project
-from ddtree_ops.health import run_healthcheck
-from ddtree_ops.remote import ssh_argv
+from ddtree_ops.health.check import run_healthcheck
+from ddtree_ops.hosts.ssh import ssh_argv
 
 pytestmark = pytest.mark.lab
 

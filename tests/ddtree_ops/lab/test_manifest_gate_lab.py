@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from ddtree_ops.cli import cli
 from ddtree_ops.config import load_project
-from ddtree_ops.remote import ssh_run
+from ddtree_ops.hosts.ssh import SSH
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -39,14 +39,14 @@ def test_a_broken_env_fails_its_manifest_and_deploy_stops_at_that_host(lab_fleet
     rows = {row["host"]: row for row in json.loads(provisioned.stdout)["hosts"]}
     assert {h: r["manifest"] for h, r in rows.items()} == {"lab-1": "ok", "lab-2": "ok"}
     env = rows["lab-2"]["env"]
-    stored = json.loads(ssh_run(lab2, f"cat {env}/abi-manifest.json"))
+    stored = json.loads(SSH.run(lab2, f"cat {env}/abi-manifest.json"))
     assert stored["ok"] is True and stored["python"]["prefix"] == env
     assert {c["name"]: c["status"] for c in stored["checks"]}[BROKEN_CHECK] == "ok"
 
-    package = ssh_run(lab2, f"ls -d {env}/lib/python3*/site-packages/safetensors").strip()
+    package = SSH.run(lab2, f"ls -d {env}/lib/python3*/site-packages/safetensors").strip()
     aside = f"{env}/safetensors.moved-aside-by-test"
-    state_before = ssh_run(lab2, "cat /var/lib/ddtree/state.json")
-    ssh_run(lab2, f"mv {package} {aside}")
+    state_before = SSH.run(lab2, "cat /var/lib/ddtree/state.json")
+    SSH.run(lab2, f"mv {package} {aside}")
     try:
         reverified = _run("-c", config, "provision", "lab-2", "--json")
         assert reverified.exit_code == 1, reverified.output
@@ -55,7 +55,7 @@ def test_a_broken_env_fails_its_manifest_and_deploy_stops_at_that_host(lab_fleet
         assert row["changed"] == 0, "verifying an env is no change to it"
         assert f"host 'lab-2': the engine environment {env} failed its ABI manifest" in reverified.stderr
         assert "'safetensors', which is not installed" in reverified.stderr
-        stored = json.loads(ssh_run(lab2, f"cat {env}/abi-manifest.json"))
+        stored = json.loads(SSH.run(lab2, f"cat {env}/abi-manifest.json"))
         assert stored["ok"] is False
 
         deployed = _run("-c", config, "deploy", "--json")
@@ -67,7 +67,7 @@ def test_a_broken_env_fails_its_manifest_and_deploy_stops_at_that_host(lab_fleet
         assert "run `ddtree-ops provision lab-2`" in deployed.stderr
         for service in project.services:
             assert httpx.get(f"http://{lab1.address}:{service.port}/health", timeout=10).status_code == 200
-        assert ssh_run(lab2, "cat /var/lib/ddtree/state.json") == state_before, "lab-2 must not be touched"
+        assert SSH.run(lab2, "cat /var/lib/ddtree/state.json") == state_before, "lab-2 must not be touched"
 
         health = _run("-c", config, "healthcheck", "--hosts", "lab-1,lab-2", "--json")
         manifests = json.loads(health.stdout)["manifests"]
@@ -75,9 +75,9 @@ def test_a_broken_env_fails_its_manifest_and_deploy_stops_at_that_host(lab_fleet
         assert any(BROKEN_CHECK in line for line in manifests["lab-2"]["failures"])
         assert health.exit_code == 1
     finally:
-        ssh_run(lab2, f"test -e {package} || mv {aside} {package}")
+        SSH.run(lab2, f"test -e {package} || mv {aside} {package}")
 
     restored = _run("-c", config, "provision", "lab-2", "--json")
     assert restored.exit_code == 0, restored.output
     assert json.loads(restored.stdout)["hosts"][0]["manifest"] == "ok"
-    assert json.loads(ssh_run(lab2, f"cat {env}/abi-manifest.json"))["ok"] is True
+    assert json.loads(SSH.run(lab2, f"cat {env}/abi-manifest.json"))["ok"] is True

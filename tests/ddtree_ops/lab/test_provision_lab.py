@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from ddtree_ops.cli import cli
 from ddtree_ops.config import load_project
-from ddtree_ops.remote import ssh_run
+from ddtree_ops.hosts.ssh import SSH
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -33,11 +33,11 @@ def test_provision_builds_the_env_and_a_second_run_changes_nothing(lab_fleet):
     for host in project.hosts:
         row = rows[host.name]
         assert row["env"] == f"/opt/ddtree/envs/{row['lock_hash'][:16]}"
-        state = json.loads(ssh_run(host, "cat /var/lib/ddtree/state.json"))
+        state = json.loads(SSH.run(host, "cat /var/lib/ddtree/state.json"))
         assert state["env"]["path"] == row["env"] and state["env"]["lock_hash"] == row["lock_hash"]
         # the env works on the host, from its own interpreter, and holds exactly the lock
-        assert "generate" in ssh_run(host, f"{row['env']}/bin/ddtree-engine --help")
-        frozen = ssh_run(host, f"{row['env']}/bin/pip freeze --all").splitlines()
+        assert "generate" in SSH.run(host, f"{row['env']}/bin/ddtree-engine --help")
+        frozen = SSH.run(host, f"{row['env']}/bin/pip freeze --all").splitlines()
         lock = report["locks"][row["lock_hash"][:16]]
         assert set(lock["requirements"]) <= {line.replace("_", "-").lower() for line in frozen} | {
             r for r in lock["requirements"] if r.startswith("ddtree-engine==")

@@ -18,9 +18,9 @@ import pytest
 import yaml
 
 from ddtree_ops.config import parse_project
-from ddtree_ops.probe import load_facts, probe_host
-from ddtree_ops.provision import provision
-from ddtree_ops.remote import ssh_run
+from ddtree_ops.hosts.probe import load_facts, probe_host
+from ddtree_ops.provision.run import provision
+from ddtree_ops.hosts.ssh import SSH
 
 pytestmark = [
     pytest.mark.lab,
@@ -53,17 +53,17 @@ def test_provision_installs_the_cuda_lock_in_the_locks_order_and_verifies_it(lab
     assert len(lock["pins"]) > 200 and row.status == "provisioned"
 
     # The env holds exactly the lock: pip check passed in the role; the pins match what is installed.
-    listing = ssh_run(lab2, f"{row.env}/bin/python -m pip list --format json", timeout_s=120)
+    listing = SSH.run(lab2, f"{row.env}/bin/python -m pip list --format json", timeout_s=120)
     installed = {d["name"].lower().replace("_", "-"): d["version"] for d in json.loads(listing)}
     for pin in lock["pins"]:
         name, _, version = pin.partition("==")
         assert installed.get(name) == version, f"{pin}: installed {installed.get(name)}"
-    torch = ssh_run(lab2, f"{row.env}/bin/python -c 'import torch; print(torch.__version__, torch.version.cuda)'", timeout_s=300)
+    torch = SSH.run(lab2, f"{row.env}/bin/python -c 'import torch; print(torch.__version__, torch.version.cuda)'", timeout_s=300)
     assert torch.split() == ["2.14.1+cu130", "13.0"], "PyPI's torch 2.14.1 is the CUDA 13.0 build"
 
     # No driver on this host: the manifest fails, and says so, rather than passing an env that cannot run.
     assert not row.manifest_ok
-    stored = json.loads(ssh_run(lab2, f"cat {row.env}/abi-manifest.json"))
+    stored = json.loads(SSH.run(lab2, f"cat {row.env}/abi-manifest.json"))
     status = {c["name"]: c["status"] for c in stored["checks"]}
     failed = {c["name"]: c for c in stored["checks"] if c["status"] == "fail"}
     print(json.dumps({name: (c.get("class"), c.get("reason")) for name, c in failed.items()}, indent=1))

@@ -1,0 +1,311 @@
+"""`compare`: the same prompts against a baseline service and a tree service on each host.
+
+Measured the way that survives scrutiny: a warm-up per service first; arms alternate run by run
+(so drift hits both); temperature 0 and identical request bodies on both arms; token counts
+only from the server's `usage` (stream chunks are not tokens); acceptance from `/metrics`
+counter deltas around each run (the lifetime gauge would mix in earlier traffic); and at
+temperature 0 both arms must produce identical output (the lossless check).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import httpx
+
+from ..progress import Progress, silent
+from ..config import Host, Project, Service
+from ..exceptions import ConfigError
+from ..service.client import ServiceClient, service_url
+from ..service.metrics_text import GENERATION_TOKENS, accept_length_delta, counter_delta
+from .prompts import Prompt
+from .report import PromptSummary, Totals, decode_tokens_per_s, summarize_prompt, totals, write_report_files
+
+WARMUP_MAX_TOKENS = 8
+ARMS = ("baseline", "tree")
+
+
+@dataclass
+class RunResult:
+    """One streamed request on one arm."""
+
+    host: str
+    prompt: str
+    arm: str  # "baseline" | "tree"
+    service: str
+    run: int  # 0-based index among this arm's runs of this prompt
+    ttft_s: float | None = None
+    decode_tps: float | None = None
+    e2e_s: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None  # from `usage`
+    accept_length: float | None = None  # Δ generation tokens ÷ Δ verify calls around this run
+    generation_tokens_delta: float | None = None  # Δ sglang:generation_tokens_total
+    server_verify_steps: int | None = None  # the server's own per-request count, when it sends one
+    content_chunks: int = 0
+    finish_reason: str | None = None
+    text: str = ""
+    token_ids: list[int] | None = None
+    error: str | None = None
+
+
+@dataclass
+class CompareSettings:
+    baseline: str
+    tree: str
+    runs: int
+    max_tokens: int
+    hosts: list[str]
+    prompts: list[dict[str, Any]]
+    baseline_config: dict[str, Any] = field(default_factory=dict)
+    tree_config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CompareReport:
+    started_at: str
+    settings: CompareSettings
+    runs: list[RunResult]
+    summaries: list[PromptSummary]
+    totals: Totals
+    failures: list[str]  # service errors and lossless failures, `host/...: what`
+    warnings: list[str] = field(default_factory=list)
+    server_info: dict[str, dict[str, Any]] = field(default_factory=dict)  # "host/service" -> /server_info
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "started_at": self.started_at,
+            "settings": asdict(self.settings),
+            "totals": asdict(self.totals),
+            "prompts": [asdict(s) for s in self.summaries],
+            "runs": [asdict(r) for r in self.runs],
+            "failures": self.failures,
+            "warnings": self.warnings,
+            "server_info": self.server_info,
+        }
+
+
+def _service_config(service: Service) -> dict[str, Any]:
+    return {"name": service.name, "algorithm": service.algorithm, "port": service.port, "budget": service.budget, "topk": service.topk}
+
+
+def plan_hosts(project: Project, baseline: Service, tree: Service, host_names: Sequence[str] | None) -> list[Host]:
+    """The hosts to compare on: those selected that run both services.
+
+    Raises:
+        ConfigError: an explicitly named host lacks one of the services, or no host runs both.
+    """
+    selected = project.select_hosts(list(host_names) if host_names else None)
+    both = {h.name for h in project.hosts_of(baseline)} & {h.name for h in project.hosts_of(tree)}
+    if host_names:
+        missing = [h.name for h in selected if h.name not in both]
+        if missing:
+            raise ConfigError(
+                f"--hosts: {', '.join(missing)} do(es) not run both {baseline.name!r} and {tree.name!r}; "
+                "check services[].hosts in the project file"
+            )
+    hosts = [h for h in selected if h.name in both]
+    if not hosts:
+        raise ConfigError(f"no host runs both {baseline.name!r} and {tree.name!r}: check services[].hosts")
+    return hosts
+
+
+def validate_compare_args(project: Project, baseline: str, tree: str, runs: int, max_tokens: int) -> tuple[Service, Service]:
+    """Check the arguments before any host is touched (ConfigError = exit 2)."""
+    if baseline == tree:
+        raise ConfigError(f"--baseline and --tree are both {baseline!r}: compare two different services")
+    if runs < 1:
+        raise ConfigError(f"--runs must be >= 1, got {runs}")
+    if max_tokens < 2:
+        # Decode speed needs at least one token after the first (which comes from the prefill).
+        raise ConfigError(f"--max-tokens must be >= 2 to measure decode speed, got {max_tokens}")
+    return project.service(baseline), project.service(tree)
+
+
+def measure_run(
+    client: ServiceClient, model: str | None, prompt: Prompt, max_tokens: int, result: RunResult, timeout_s: float
+) -> RunResult:
+    """Stream one request between two `/metrics` scrapes and fill `result` in."""
+    before = client.metrics()
+    streamed = client.stream_chat(list(prompt.messages), max_tokens, model=model, timeout_s=timeout_s)
+    after = client.metrics()
+    result.ttft_s = streamed.ttft_s
+    result.e2e_s = streamed.t_end - streamed.t_start
+    result.prompt_tokens = streamed.prompt_tokens
+    result.completion_tokens = streamed.completion_tokens
+    result.decode_tps = decode_tokens_per_s(streamed.completion_tokens, streamed.t_first_content, streamed.t_last_content)
+    result.accept_length = accept_length_delta(before, after)
+    result.generation_tokens_delta = counter_delta(before, after, GENERATION_TOKENS)
+    result.content_chunks = streamed.content_chunks
+    steps = streamed.extra.get("verify_steps")
+    result.server_verify_steps = steps if isinstance(steps, int) else None
+    result.finish_reason = streamed.finish_reason
+    result.text = streamed.text
+    result.token_ids = streamed.token_ids
+    return result
+
+
+def _compare_host(
+    host: Host,
+    arms: dict[str, Service],
+    prompts: Sequence[Prompt],
+    runs: int,
+    max_tokens: int,
+    timeout_s: float,
+    say: Callable[[str], None],
+    report_runs: list[RunResult],
+    failures: list[str],
+    warnings: list[str],
+    server_info: dict[str, dict[str, Any]],
+) -> None:
+    clients = {arm: ServiceClient(service_url(host, svc), timeout_s=timeout_s) for arm, svc in arms.items()}
+    try:
+        models: dict[str, str | None] = {}
+        for arm, svc in arms.items():
+            where = f"{host.name}/{svc.name}"
+            try:
+                server_info[where] = clients[arm].server_info()
+                models[arm] = clients[arm].model_id()
+                say(f"{where}: warm-up request")
+                clients[arm].stream_chat(list(prompts[0].messages), WARMUP_MAX_TOKENS, model=models[arm], timeout_s=timeout_s)
+            except (httpx.HTTPError, ValueError) as err:
+                failures.append(f"{where}: warm-up failed ({service_url(host, svc)}): {err}; is the service healthy?")
+                return
+        paths = {arm: server_info[f"{host.name}/{svc.name}"].get("model_path") for arm, svc in arms.items()}
+        if paths["baseline"] != paths["tree"]:
+            warnings.append(
+                f"{host.name}: the arms serve different targets ({paths['baseline']!r} vs {paths['tree']!r}): "
+                "speed and the lossless check compare different models"
+            )
+        for prompt in prompts:
+            for run in range(runs):
+                # Alternate which arm goes first so slow drift (thermals, caches) is shared.
+                order = ARMS if run % 2 == 0 else ARMS[::-1]
+                for arm in order:
+                    svc = arms[arm]
+                    result = RunResult(host=host.name, prompt=prompt.name, arm=arm, service=svc.name, run=run)
+                    say(f"{host.name}/{svc.name}: {prompt.name} run {run + 1}/{runs}")
+                    try:
+                        measure_run(clients[arm], models[arm], prompt, max_tokens, result, timeout_s)
+                    except (httpx.HTTPError, ValueError) as err:
+                        result.error = f"{type(err).__name__}: {err}"
+                        failures.append(f"{host.name}/{svc.name}: prompt {prompt.name!r} run {run}: {result.error}")
+                    else:
+                        if (
+                            result.generation_tokens_delta is not None
+                            and result.generation_tokens_delta != result.completion_tokens
+                        ):
+                            warnings.append(
+                                f"{host.name}/{svc.name}: prompt {prompt.name!r} run {run}: /metrics grew by "
+                                f"{result.generation_tokens_delta:g} tokens but usage says {result.completion_tokens}: "
+                                "other traffic reached the service, so its acceptance length is unreliable"
+                            )
+                    report_runs.append(result)
+    finally:
+        for c in clients.values():
+            c.close()
+
+
+def run_compare(
+    project: Project,
+    prompts: Sequence[Prompt],
+    *,
+    baseline: str = "baseline",
+    tree: str = "tree",
+    runs: int = 3,
+    max_tokens: int = 128,
+    host_names: Sequence[str] | None = None,
+    timeout_s: float = 600.0,
+    progress: Progress = silent,
+) -> CompareReport:
+    """Measure baseline vs tree on every selected host that runs both.
+
+    Hosts are measured one after another (not in parallel) so that lab hosts sharing one machine
+    do not slow each other down.
+
+    Args:
+        project: the validated project file.
+        prompts: what to send (see prompts.load_prompts).
+        baseline, tree: service names from the project file.
+        runs: measured runs per prompt per arm.
+        max_tokens: completion length limit (the same on both arms).
+        host_names: restrict to these hosts (None = all that run both services).
+        timeout_s: per request.
+
+    Returns:
+        the report; `report.ok` is False when a service errored or a lossless check failed.
+
+    Raises:
+        ConfigError: bad arguments, before any host is contacted.
+    """
+    baseline_svc, tree_svc = validate_compare_args(project, baseline, tree, runs, max_tokens)
+    if not prompts:
+        raise ConfigError("no prompts to send")
+    hosts = plan_hosts(project, baseline_svc, tree_svc, host_names)
+    say = progress
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    arms = {"baseline": baseline_svc, "tree": tree_svc}
+    all_runs: list[RunResult] = []
+    failures: list[str] = []
+    warnings: list[str] = []
+    server_info: dict[str, dict[str, Any]] = {}
+    t0 = time.perf_counter()
+    for host in hosts:
+        _compare_host(host, arms, prompts, runs, max_tokens, timeout_s, say, all_runs, failures, warnings, server_info)
+    say(f"measured {len(all_runs)} runs in {time.perf_counter() - t0:.1f}s")
+
+    summaries = []
+    for host in hosts:
+        for prompt in prompts:
+            mine = [r for r in all_runs if r.host == host.name and r.prompt == prompt.name]
+            if not mine:
+                continue  # the host failed before this prompt; its failure is already listed
+            summary = summarize_prompt(
+                host.name,
+                prompt.name,
+                [r for r in mine if r.arm == "baseline"],
+                [r for r in mine if r.arm == "tree"],
+            )
+            if not summary.lossless.ok:
+                failures.append(f"{host.name}: prompt {prompt.name!r}: lossless check failed: {summary.lossless.detail}")
+            summaries.append(summary)
+    settings = CompareSettings(
+        baseline=baseline,
+        tree=tree,
+        runs=runs,
+        max_tokens=max_tokens,
+        hosts=[h.name for h in hosts],
+        prompts=[p.to_dict() for p in prompts],
+        baseline_config=_service_config(baseline_svc),
+        tree_config=_service_config(tree_svc),
+    )
+    return CompareReport(
+        started_at=started,
+        settings=settings,
+        runs=all_runs,
+        summaries=summaries,
+        totals=totals(summaries),
+        failures=failures,
+        warnings=warnings,
+        server_info=server_info,
+    )
+
+
+def write_compare_files(report: CompareReport, out_dir: str | Path) -> dict[str, Path]:
+    """compare.json, compare.md and compare.png in `out_dir`; returns their paths."""
+    return write_report_files(report.to_dict(), report.summaries, report.totals, Path(out_dir))
+
+
+def default_out_dir(now: _dt.datetime | None = None) -> str:
+    """./ddtree-compare-<local timestamp>."""
+    now = now or _dt.datetime.now()
+    return f"ddtree-compare-{now.strftime('%Y%m%d-%H%M%S')}"

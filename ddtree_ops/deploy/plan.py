@@ -1,0 +1,166 @@
+"""`deploy`'s plan (pure): validate the command line against the project file (ConfigError, exit 2,
+before any host is touched) and decide which services go to which hosts, with their unit values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import Project, Service
+from ..exceptions import ConfigError
+from ..service import server_info
+from ..service.client import base_url
+from .gate import GateTarget
+from .units import UnitSpec, unit_spec
+
+
+@dataclass(frozen=True)
+class ServicePlan:
+    """One service on one host: where to probe it and what it must report."""
+
+    host: str
+    address: str
+    service: str
+    port: int
+    algorithm: str
+    budget: int | None
+    topk: int | None
+    spec: UnitSpec
+    block_size: int | None = None  # what /server_info must report for dflash/ddtree
+
+    @property
+    def base_url(self) -> str:
+        return base_url(self.address, self.port)
+
+    def expected_server_info(self) -> dict[str, Any]:
+        """What `/server_info` must report once this service is deployed."""
+        return server_info.expected(self.algorithm, self.block_size, self.budget, self.topk)
+
+    def gate_target(self) -> GateTarget:
+        """What the health gate needs of this service: where it answers and what it must report."""
+        return GateTarget(self.host, self.service, self.base_url, self.expected_server_info())
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    host: str
+    address: str
+    services: list[ServicePlan]
+
+
+@dataclass(frozen=True)
+class DeployPlan:
+    """What a deploy will do, before it touches anything."""
+
+    project: Project  # with the command-line overrides applied
+    hosts: list[HostPlan]
+    warnings: list[str] = field(default_factory=list)
+
+
+def select_services(project: Project, names: list[str] | tuple[str, ...] | None) -> list[Service]:
+    """The services named (all when none), in project order; unknown names raise ConfigError."""
+    if not names:
+        return list(project.services)
+    for name in names:
+        project.service(name)  # raises ConfigError naming the known services
+    return [s for s in project.services if s.name in names]
+
+
+def _width_warning(service: Service, block_size: int) -> str | None:
+    width = service.budget + 1
+    if width == block_size:
+        return None
+    return (
+        f"service {service.name!r}: tree verify width budget+1 = {width} differs from block size {block_size}: "
+        f"the linear baseline verifies {block_size} tokens per step and the tree {width}, so the tree costs a "
+        f"different verify width than the linear baseline, so the comparison is not at equal cost "
+        f"(use --budget {block_size - 1} for equal cost)"
+    )
+
+
+def plan_deploy(
+    project: Project,
+    *,
+    budget: int | None = None,
+    topk: int | None = None,
+    services: list[str] | tuple[str, ...] | None = None,
+    hosts: list[str] | tuple[str, ...] | None = None,
+    api_key: str | None = None,
+) -> DeployPlan:
+    """Decide which services go to which hosts, with `budget`/`topk` overriding the ddtree services.
+
+    Args:
+        project: the validated project file.
+        budget, topk: overrides for every selected `ddtree` service (None = keep the file's).
+        services, hosts: names to restrict the deploy to (None/empty = all).
+        api_key: written to each service's env file as DDTREE_API_KEY (None = no key).
+
+    Returns a DeployPlan with warnings. Raises ConfigError for unknown names, budget < 0,
+    topk < 1, or overrides that apply to no selected service — before any host is touched.
+    """
+    if budget is not None and budget < 0:
+        raise ConfigError(f"--budget {budget}: the tree budget must be >= 0 (0 verifies the root alone)")
+    if topk is not None and topk < 1:
+        raise ConfigError(f"--topk {topk}: topk must be >= 1")
+    selected_hosts = project.select_hosts(list(hosts) if hosts else None)
+    selected = select_services(project, services)
+
+    overrides = {k: v for k, v in (("budget", budget), ("topk", topk)) if v is not None}
+    if overrides and not any(s.algorithm == "ddtree" for s in selected):
+        flags = " and ".join(f"--{k}" for k in overrides)
+        raise ConfigError(
+            f"{flags} override the ddtree service(s), but none is selected "
+            f"(selected: {', '.join(s.name for s in selected)}): select a service with algorithm 'ddtree'"
+        )
+    overridden = {s.name: s.model_copy(update=overrides) if s.algorithm == "ddtree" else s for s in selected}
+    project = project.model_copy(update={"services": [overridden.get(s.name, s) for s in project.services]})
+
+    warnings: list[str] = []
+    for service in overridden.values():
+        if service.algorithm != "ddtree":
+            continue
+        warning = _width_warning(service, project.engine.block_size)
+        if warning:
+            warnings.append(warning)
+        if service.topk > max(service.budget, 1):
+            warnings.append(
+                f"service {service.name!r}: topk {service.topk} > budget {service.budget}: "
+                f"at most {max(service.budget, 1)} candidates per depth can be used"
+            )
+
+    host_plans: list[HostPlan] = []
+    for host in selected_hosts:
+        plans = [
+            ServicePlan(
+                host=host.name,
+                address=host.address,
+                service=service.name,
+                port=service.port,
+                algorithm=service.algorithm,
+                budget=service.budget,
+                topk=service.topk,
+                block_size=project.engine.block_size,
+                spec=unit_spec(
+                    service,
+                    host,
+                    project.engine,
+                    metrics_log_interval=project.deploy.metrics_log_interval,
+                    api_key=api_key,
+                ),
+            )
+            for service in overridden.values()
+            if host in project.hosts_of(service)
+        ]
+        if plans:
+            host_plans.append(HostPlan(host=host.name, address=host.address, services=plans))
+    if not host_plans:
+        raise ConfigError(
+            f"nothing to deploy: none of the selected services ({', '.join(overridden)}) runs on the selected "
+            f"hosts ({', '.join(h.name for h in selected_hosts)}); check services[].hosts"
+        )
+    return DeployPlan(project=project, hosts=host_plans, warnings=warnings)
+
+
+def server_info_mismatches(info: dict[str, Any], plan: ServicePlan) -> list[str]:
+    """Differences between `/server_info` and what was deployed, as `key: server says X, deployed Y`."""
+    return server_info.mismatches(plan.expected_server_info(), info)

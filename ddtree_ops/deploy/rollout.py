@@ -1,0 +1,305 @@
+"""`ddtree-ops deploy`: install releases one host at a time behind a health gate.
+
+`plan.plan_deploy` is pure: it decides which services go to which hosts. `execute_deploy` then runs
+`ansible/deploy.yml` for one host, waits on the control node for every service's `/health` and
+checks `/server_info` (gate.py), and only then moves to the next host. A host whose gate fails is
+rolled back (`ansible/rollback.yml`) and the rollout stops there. Before a host is touched, the ABI
+manifest stored beside its engine environment must say the env passed (`env_gate`); otherwise the
+rollout stops at that host with the failed checks.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..config import Project
+from ..exceptions import DdtreeOpsError, HostError
+from ..hosts.ansible import run_playbook
+from ..hosts.layout import STATE_CURRENT, STATE_DEPLOY_ID, STATE_PREVIOUS, STATE_ROLLED_BACK_BY, unit_name
+from ..hosts.ssh import SSH, Transport
+from ..provision.manifest import read_env_verdict
+from ..progress import Progress
+from .gate import GateTarget, UnitProbe, wait_healthy, wait_restored
+from .outcomes import (
+    DeployReport,
+    HostDeployOutcome,
+    ServiceOutcome,
+    changed_count,
+    journal_tail,
+    new_deploy_id,
+    service_states,
+)
+from .plan import DeployPlan, HostPlan
+
+DEPLOY_PLAYBOOK = "deploy.yml"
+ROLLBACK_PLAYBOOK = "rollback.yml"
+# Returns why a host must not be deployed to (its env failed or lacks its ABI manifest), or None.
+EnvGate = Callable[[str], "str | None"]
+
+
+def stored_manifest_gate(project: Project, transport: Transport = SSH) -> EnvGate:
+    """An EnvGate that reads the manifest provision stored beside each host's env (read-only, over SSH).
+
+    Args:
+        project: names the hosts and the install mode.
+        transport: the SSH seam.
+    Returns:
+        the gate.
+    """
+
+    def gate(host_name: str) -> str | None:
+        try:
+            return read_env_verdict(project.host(host_name), mode=project.engine.install.mode, transport=transport).refusal()
+        except HostError as err:
+            return f"host {host_name!r}: cannot read its engine environment's ABI manifest: {err}"
+
+    return gate
+
+
+def execute_deploy(
+    plan: DeployPlan,
+    *,
+    deploy_id: str | None = None,
+    progress: Progress | None = None,
+    on_event: Callable[[dict], None] | None = None,
+    log_dir: str | Path | None = None,
+    run_playbook: Callable[..., Any] = run_playbook,
+    unit_probe: UnitProbe | None = None,
+    env_gate: EnvGate | None = None,
+) -> DeployReport:
+    """Roll `plan` out one host at a time behind the health gate.
+
+    Args:
+        plan: from `plan_deploy`.
+        deploy_id: names new releases and marks what this rollout changed (default: UTC timestamp).
+        progress: called with one-line status messages (the CLI prints them to stderr).
+        on_event, log_dir: passed to `ansible.run_playbook`.
+        run_playbook: the Ansible seam (default `ddtree_ops.hosts.ansible.run_playbook`).
+        unit_probe: ends a host's wait early when systemd gave up on a unit
+            (`systemd_unit_probe(project)`); None = wait for /health alone.
+        env_gate: asked before each host is touched (`stored_manifest_gate(project)`); a refusal
+            stops the rollout there, with that host unchanged. None = no check.
+
+    Returns:
+        a DeployReport; `ok` is False when a host failed (it was rolled back, and later hosts were
+        not touched) and `failure` says which host and service, why, and the journal tail.
+    """
+    run = run_playbook
+    deploy_id = deploy_id or new_deploy_id()
+    settings = plan.project.deploy
+    say = progress or (lambda _msg: None)
+    report = DeployReport(deploy_id=deploy_id, ok=True, hosts=[], warnings=list(plan.warnings))
+
+    for index, host_plan in enumerate(plan.hosts):
+        host = host_plan.host
+        refusal = env_gate(host) if env_gate is not None else None
+        if refusal:
+            say(f"{host}: refused: its engine environment did not pass its ABI manifest")
+            report.ok = False
+            report.hosts.append(_refused_outcome(host_plan, refusal))
+            skipped = plan.hosts[index + 1 :]
+            report.hosts += [_skipped_outcome(later) for later in skipped]
+            lines = [f"deploy stopped at host {host!r}, which was not changed:", refusal]
+            if skipped:
+                lines.append(f"rollout stopped: host(s) {', '.join(h.host for h in skipped)} were not touched")
+            report.failure = "\n".join(lines)
+            break
+        with tempfile.TemporaryDirectory(prefix=f"ddtree-deploy-{host}-") as tmp:
+            report_dir = Path(tmp)
+            extravars = {
+                "ddtree_deploy_id": deploy_id,
+                "ddtree_deploy_runtime": plan.project.engine.install.mode,
+                "ddtree_deploy_services": [s.spec.as_vars() for s in host_plan.services],
+                "ddtree_deploy_report_dir": str(report_dir),
+            }
+            say(f"{host}: installing {', '.join(s.service for s in host_plan.services)} (rollout {deploy_id})")
+            outcome = HostDeployOutcome(host=host, status="deployed")
+            report.hosts.append(outcome)
+            playbook_error: str | None = None
+            try:
+                result = run(
+                    DEPLOY_PLAYBOOK, plan.project, [plan.project.host(host)], extravars,
+                    on_event=on_event, log_dir=log_dir,
+                )  # fmt: skip
+                outcome.changed = changed_count(result, host)
+            except HostError as err:
+                playbook_error = str(err)
+
+            state = service_states(report_dir, host)
+            for s in host_plan.services:
+                entry = state.get(s.service) or {}
+                outcome.services.append(
+                    ServiceOutcome(
+                        host=host,
+                        service=s.service,
+                        port=s.port,
+                        status="not deployed" if playbook_error else "pending",
+                        release_id=entry.get(STATE_CURRENT),
+                        previous_release_id=entry.get(STATE_PREVIOUS),
+                        release_changed=entry.get(STATE_DEPLOY_ID) == deploy_id,
+                    )
+                )
+
+            failed: list[tuple[ServiceOutcome, str]] = []
+            if playbook_error:
+                # Ansible's message names the failing task, and the task names name the service.
+                failed = [(s, "not deployed: the deploy playbook failed (below)") for s in outcome.services]
+            else:
+                say(f"{host}: waiting up to {settings.health_timeout_s:g}s for /health of each service")
+                gate = wait_healthy(
+                    [s.gate_target() for s in host_plan.services],
+                    timeout_s=settings.health_timeout_s,
+                    interval_s=settings.health_interval_s,
+                    progress=say,
+                    unit_probe=unit_probe,
+                )
+                for service_outcome in outcome.services:
+                    result_for = gate[service_outcome.service]
+                    service_outcome.healthy_after_s = result_for.healthy_after_s
+                    if result_for.healthy:
+                        service_outcome.status = "healthy"
+                    else:
+                        service_outcome.status = "mismatch" if result_for.healthy_after_s is not None else "unhealthy"
+                        service_outcome.detail = result_for.reason
+                        failed.append((service_outcome, result_for.reason))
+
+            if not failed:
+                continue
+
+            outcome.status = "failed"
+            outcome.error = playbook_error or "; ".join(f"{s.service}: {reason}" for s, reason in failed)
+            report.ok = False
+            say(f"{host}: gate failed; rolling back what rollout {deploy_id} changed")
+            journals, rollback_note = _rollback_after_failure(
+                run, plan, host_plan, outcome, deploy_id, [s.service for s, _ in failed], on_event, log_dir, say,
+                unit_probe,
+            )  # fmt: skip
+            skipped = plan.hosts[index + 1 :]
+            report.hosts += [_skipped_outcome(later) for later in skipped]
+            report.failure = _failure_message(host, failed, journals, playbook_error, rollback_note, skipped)
+            break
+    return report
+
+
+def _refused_outcome(host_plan: HostPlan, refusal: str) -> HostDeployOutcome:
+    return HostDeployOutcome(
+        host=host_plan.host,
+        status="refused",
+        error=refusal,
+        services=[
+            ServiceOutcome(
+                host=host_plan.host,
+                service=s.service,
+                port=s.port,
+                status="not deployed",
+                detail="its engine environment failed or lacks its ABI manifest",
+            )
+            for s in host_plan.services
+        ],
+    )
+
+
+def _skipped_outcome(host_plan: HostPlan) -> HostDeployOutcome:
+    return HostDeployOutcome(
+        host=host_plan.host,
+        status="skipped",
+        services=[
+            ServiceOutcome(host=host_plan.host, service=s.service, port=s.port, status="skipped")
+            for s in host_plan.services
+        ],
+    )
+
+
+def _failure_message(
+    host: str,
+    failed: list[tuple[ServiceOutcome, str]],
+    journals: dict[str, str],
+    playbook_error: str | None,
+    rollback_note: str,
+    skipped: list[HostPlan],
+) -> str:
+    lines = [f"deploy failed on host {host!r}:"]
+    for service_outcome, reason in failed:
+        unit = unit_name(service_outcome.service)
+        lines.append(f"  service {service_outcome.service!r} ({unit}): {reason}")
+        journal = journals.get(service_outcome.service)
+        if journal:
+            lines.append(f"  last journal lines of {unit}:")
+            lines += [f"    {line}" for line in journal.splitlines()]
+    if playbook_error:
+        lines.append(f"  the deploy playbook failed: {playbook_error}")
+    lines.append(f"  {rollback_note}")
+    if skipped:
+        lines.append(f"  rollout stopped: host(s) {', '.join(h.host for h in skipped)} were not touched")
+    return "\n".join(lines)
+
+
+def _rollback_after_failure(
+    run: Callable[..., Any],
+    plan: DeployPlan,
+    host_plan: HostPlan,
+    outcome: HostDeployOutcome,
+    deploy_id: str,
+    failed_services: list[str],
+    on_event: Callable[[dict], None] | None,
+    log_dir: str | Path | None,
+    say: Progress,
+    unit_probe: UnitProbe | None,
+) -> tuple[dict[str, str], str]:
+    """Roll back what `deploy_id` changed on one host; returns (journal tails, a one-line note)."""
+    host = host_plan.host
+    with tempfile.TemporaryDirectory(prefix=f"ddtree-rollback-{host}-") as tmp:
+        report_dir = Path(tmp)
+        extravars = {
+            "ddtree_deploy_id": deploy_id,
+            "ddtree_deploy_rollback_deploy_id": deploy_id,
+            "ddtree_deploy_journal_dir": str(report_dir),
+            "ddtree_deploy_journal_services": failed_services,
+            "ddtree_deploy_report_dir": str(report_dir),
+        }
+        try:
+            run(
+                ROLLBACK_PLAYBOOK, plan.project, [plan.project.host(host)], extravars,
+                on_event=on_event, log_dir=log_dir,
+            )  # fmt: skip
+        except DdtreeOpsError as err:
+            outcome.status = "failed"
+            journals = {s: journal_tail(report_dir, host, s) for s in failed_services}
+            return journals, f"rollback of {host!r} FAILED too: {err}"
+        journals = {s: journal_tail(report_dir, host, s) for s in failed_services}
+        state = service_states(report_dir, host)
+
+    outcome.status = "rolled back"
+    restored: list[GateTarget] = []
+    notes = []
+    for service_outcome, service_plan in zip(outcome.services, host_plan.services):
+        entry = state.get(service_outcome.service) or {}
+        if entry.get(STATE_ROLLED_BACK_BY) != deploy_id:
+            continue  # this rollout had not changed it: left as it was
+        if entry.get(STATE_CURRENT):
+            service_outcome.status = "rolled back"
+            service_outcome.release_id = entry[STATE_CURRENT]
+            restored.append(service_plan.gate_target())
+            notes.append(f"{service_outcome.service} → {entry[STATE_CURRENT]}")
+        else:
+            service_outcome.status = "stopped"
+            service_outcome.release_id = None
+            notes.append(f"{service_outcome.service} stopped and disabled (it had no previous release)")
+    if not notes:
+        return journals, f"host {host!r}: nothing to roll back (rollout {deploy_id} had changed no service there)"
+
+    # The old release must come back healthy, or the operator needs to know it did not.
+    if restored:
+        gate = wait_restored(restored, plan.project.deploy, say, unit_probe)
+        for service_outcome in outcome.services:
+            result = gate.get(service_outcome.service)
+            if result is None:
+                continue
+            if result.healthy:
+                service_outcome.healthy_after_s = result.healthy_after_s
+            else:
+                notes.append(f"{service_outcome.service} is NOT healthy on its previous release: {result.reason}")
+    return journals, f"host {host!r} rolled back: " + "; ".join(notes)

@@ -1,0 +1,319 @@
+"""`doctor`: the preflight. Control node first (Ansible, ansible-runner, SSH keys, Docker for container
+mode), then each host in parallel (reachable, probe, lock resolvable, ABI manifest valid, drift).
+
+Every check is a `Check` row; nothing raises for a failed check. The report's exit code is 0 when
+nothing failed (warnings allowed), 1 otherwise; bad input (unknown host) is a ConfigError before
+anything runs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shlex
+import shutil
+import stat
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from importlib.metadata import version as dist_version
+from pathlib import Path
+
+from ..config import Host, Project
+from ..exceptions import DdtreeOpsError, HostError
+from ..hosts.layout import ENVS_DIR, env_dir, image_record_dir
+from ..hosts.probe import HostFacts, probe_host
+from ..hosts.ssh import SSH, Transport
+from ..provision.container import docker_sdk, image_tag, remote_docker
+from ..provision.manifest import read_env_verdict, run_on_host
+from ..provision.modes import install_mode
+from ..provision.plan import plan_provision
+
+STATUS_MARK = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
+
+
+@dataclass(frozen=True)
+class Check:
+    scope: str  # "control" or a host name
+    name: str
+    status: str  # ok | warn | fail | skip
+    detail: str
+
+    def line(self) -> str:
+        return f"{STATUS_MARK[self.status]}  {self.scope:<14} {self.name:<14} {self.detail}"
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    checks: tuple[Check, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.status != "fail" for c in self.checks)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    def to_dict(self) -> dict:
+        return {"ok": self.ok, "checks": [asdict(c) for c in self.checks]}
+
+    def lines(self) -> list[str]:
+        return [c.line() for c in self.checks]
+
+
+# ---- control node -------------------------------------------------------------------------------
+
+
+def control_checks(project: Project, container_mode: bool | None = None) -> list[Check]:
+    """Checks of this machine: the tools provision/deploy use and the SSH keys hosts are reached with."""
+    checks = []
+    bin_path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    playbook = shutil.which("ansible-playbook", path=bin_path)
+    if playbook:
+        version = _first_line([playbook, "--version"])
+        checks.append(Check("control", "ansible", "ok", f"{version} ({playbook})"))
+    else:
+        checks.append(Check("control", "ansible", "fail", "ansible-playbook is not installed beside this Python: pip install ansible-core"))
+    if importlib.util.find_spec("ansible_runner") is not None:
+        checks.append(Check("control", "ansible-runner", "ok", f"ansible-runner {dist_version('ansible-runner')}"))
+    else:
+        checks.append(Check("control", "ansible-runner", "fail", "the ansible_runner module is missing: pip install ansible-runner"))
+    if shutil.which("ssh") is None:
+        checks.append(Check("control", "ssh", "fail", "the ssh client is not installed: install openssh-client"))
+    for key in sorted({h.ssh.key for h in project.hosts if h.ssh.key}):
+        checks.append(ssh_key_check(key))
+    if not any(h.ssh.key for h in project.hosts):
+        checks.append(Check("control", "ssh key", "skip", "no host names a key: the SSH agent / default keys are used"))
+    if container_mode is None:
+        container_mode = install_mode(project.engine.install.mode).builds_image
+    if container_mode:
+        checks.append(docker_check())
+    return checks
+
+
+def ssh_key_check(key: str) -> Check:
+    """The private key exists, is readable, and is not readable by others (ssh ignores such keys)."""
+    path = Path(key).expanduser()
+    if not path.exists():
+        return Check("control", "ssh key", "fail", f"{path} does not exist: create it (ssh-keygen -t ed25519 -f {path}) or fix hosts[].ssh.key")
+    if not os.access(path, os.R_OK):
+        return Check("control", "ssh key", "fail", f"{path} is not readable by this user: chmod 600 {path} (and check its owner)")
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        return Check(
+            "control", "ssh key", "fail", f"{path} has mode {mode:04o}; ssh refuses private keys others can read: chmod 600 {path}"
+        )
+    head = path.read_text(errors="replace")[:64]
+    if "PRIVATE KEY" not in head:
+        return Check("control", "ssh key", "fail", f"{path} is not a private key (no 'PRIVATE KEY' header): is it the .pub file?")
+    return Check("control", "ssh key", "ok", f"{path} (mode {mode:04o})")
+
+
+def docker_check() -> Check:
+    docker = docker_sdk()
+    if docker is None:
+        return Check("control", "docker", "fail", "container mode needs the Docker SDK: pip install docker")
+    try:
+        client = docker.from_env(timeout=10)
+        info = client.version()
+    except Exception as err:  # noqa: BLE001 - any failure to reach the daemon is the finding
+        return Check("control", "docker", "fail", f"the Docker daemon does not answer ({err}): start it, or check DOCKER_HOST and your group")
+    return Check("control", "docker", "ok", f"Docker {info.get('Version', '?')} (API {info.get('ApiVersion', '?')})")
+
+
+def _first_line(argv: list[str]) -> str:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+    return out.splitlines()[0].strip() if out else "?"
+
+
+# ---- hosts --------------------------------------------------------------------------------------
+
+
+def host_checks(
+    project: Project, host: Host, connect_timeout_s: int = 5, run_manifest: bool = True, transport: Transport = SSH
+) -> list[Check]:
+    """The checks of one host; later checks are skipped (not failed) when an earlier one makes them moot.
+
+    Args:
+        connect_timeout_s: SSH connect timeout.
+        run_manifest: also run the ABI manifest in the env (it imports torch/sglang there).
+        transport: the SSH seam.
+    Returns:
+        the host's Check rows, in order.
+    """
+
+    def ssh(command: str, timeout_s: float) -> subprocess.CompletedProcess:
+        return transport.call(host, command, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s)
+
+    checks: list[Check] = []
+    name = host.name
+    target = f"{host.ssh.user}@{host.address}:{host.ssh.port}"
+    try:
+        proc = ssh("true", timeout_s=connect_timeout_s + 10)
+        reachable, why = proc.returncode == 0, proc.stderr.strip()
+    except subprocess.TimeoutExpired:
+        reachable, why = False, f"no answer within {connect_timeout_s + 10}s"
+    except FileNotFoundError:
+        reachable, why = False, "the ssh client is not installed here"
+    if not reachable:
+        checks.append(Check(name, "reachable", "fail", f"unreachable over SSH ({target}): {why or 'no message'}"))
+        for later in ("probe", "lock", "manifest", "drift"):
+            checks.append(Check(name, later, "skip", "host unreachable"))
+        return checks
+    checks.append(Check(name, "reachable", "ok", target))
+
+    try:
+        facts = probe_host(host, python=project.engine.install.python, connect_timeout_s=connect_timeout_s, transport=transport)
+    except HostError as err:
+        checks.append(Check(name, "probe", "fail", str(err)))
+        return checks + [Check(name, n, "skip", "no facts") for n in ("lock", "manifest", "drift")]
+    checks.append(Check(name, "probe", "ok", describe_facts(facts)))
+
+    lock, lock_check = resolve_for_doctor(project, host, facts)
+    checks.append(lock_check)
+    if lock is None:
+        return checks + [Check(name, n, "skip", "no lock") for n in ("manifest", "drift")]
+
+    if install_mode(project.engine.install.mode).builds_image:
+        return checks + container_host_checks(host, lock, connect_timeout_s, transport)
+
+    env = env_dir(lock.short_hash)
+    listing = ssh(f"ls -1 {shlex.quote(ENVS_DIR)} 2>/dev/null || true", timeout_s=30)
+    present = [e for e in listing.stdout.split() if e]
+    if lock.short_hash not in present:
+        others = f"; the host has {', '.join(present)}" if present else ""
+        checks.append(Check(name, "manifest", "skip", f"{env} does not exist yet"))
+        checks.append(Check(name, "drift", "warn", f"the lock's env {lock.short_hash} is not on the host{others} — run ddtree-ops provision {name}"))
+        return checks
+
+    if run_manifest:
+        checks.append(manifest_check(host, env, project.engine.backend, lock, transport))
+    checks.append(drift_check(host, env, lock, connect_timeout_s, transport))
+    return checks
+
+
+def container_host_checks(host: Host, lock, connect_timeout_s: int, transport: Transport = SSH) -> list[Check]:
+    """Container mode: the host's Docker Engine, the lock's image on it, and the manifest provision stored for it.
+
+    There is no drift check: the image is immutable and tagged by the lock's hash.
+    """
+    name, tag, docker = host.name, image_tag(lock), remote_docker(host)
+    proc = transport.call(host, f"systemctl is-active docker 2>&1; {docker} version --format '{{{{.Server.Version}}}}' 2>&1", timeout_s=30, connect_timeout_s=connect_timeout_s)
+    lines = proc.stdout.split()
+    if not lines or lines[0] != "active":
+        return [
+            Check(name, "docker", "fail", f"the Docker Engine is not running there ({' '.join(lines) or proc.stderr.strip()}): "
+                  f"install it (and nvidia-container-toolkit on GPU hosts); provision starts an installed one"),
+            Check(name, "image", "skip", "no Docker Engine"),
+            Check(name, "manifest", "skip", "no Docker Engine"),
+        ]
+    checks = [Check(name, "docker", "ok", f"Docker {lines[-1]}")]
+    inspect = transport.call(host, f"{docker} image inspect --format '{{{{.Id}}}}' {shlex.quote(tag)}", timeout_s=30, connect_timeout_s=connect_timeout_s)
+    if inspect.returncode != 0:
+        checks.append(Check(name, "image", "warn", f"{tag} is not on the host — run ddtree-ops provision {name}"))
+        return checks + [Check(name, "manifest", "skip", f"{tag} not loaded")]
+    checks.append(Check(name, "image", "ok", f"{tag} ({inspect.stdout.strip()[:19]})"))
+    try:
+        verdict = read_env_verdict(host, image_record_dir(lock.short_hash), timeout_s=30, mode="container", transport=transport)
+    except HostError as err:
+        return checks + [Check(name, "manifest", "fail", str(err))]
+    status = "ok" if verdict.ok else "fail"
+    return checks + [Check(name, "manifest", status, verdict.manifest.summary() if verdict.manifest else (verdict.problem or verdict.status))]
+
+
+def describe_facts(facts: HostFacts) -> str:
+    gpus = ", ".join(sorted({f"{g.name} ({g.sm})" for g in facts.gpus})) or "no GPU"
+    driver = f"driver {facts.driver_version}" if facts.driver_version else "no driver"
+    extra = f", NVML {facts.nvml_state}" if facts.nvml_state not in ("ok", "no-driver") else ""
+    return f"{len(facts.gpus)}× {gpus}; {driver}{extra}; Python {facts.python_version}; {facts.os_id} {facts.os_version}"
+
+
+def resolve_for_doctor(project: Project, host: Host, facts: HostFacts):
+    """(lock or None, Check)."""
+    try:
+        result = plan_provision(project, host, facts)
+    except DdtreeOpsError as err:
+        return None, Check(host.name, "lock", "fail", str(err))
+    if result.refusal:
+        return None, Check(host.name, "lock", "fail", result.refusal.message)
+    lock = result.lock
+    if lock.blockers:
+        return None, Check(host.name, "lock", "fail", "; ".join(lock.blockers))
+    detail = lock.describe()
+    warnings = lock.warnings
+    return lock, Check(host.name, "lock", "warn" if warnings else "ok", detail + ("; " + "; ".join(warnings) if warnings else ""))
+
+
+def manifest_check(host: Host, env: str, backend: str, lock, transport: Transport = SSH) -> Check:
+    try:
+        result = run_on_host(host, f"{env}/bin/python", backend, lock.pinned(), store_in=None, timeout_s=900, transport=transport)
+    except HostError as err:
+        return Check(host.name, "manifest", "fail", str(err))
+    return Check(host.name, "manifest", "ok" if result.ok else "fail", result.summary())
+
+
+_LIST_DISTS = (
+    "import importlib.metadata as m, json; "
+    "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
+)
+
+
+def _canon(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def drift_check(host: Host, env: str, lock, connect_timeout_s: int, transport: Transport = SSH) -> Check:
+    """What the env on the host has that differs from its lock (missing, other versions, extras)."""
+    proc = transport.call(host, f"{shlex.quote(env + '/bin/python')} -c {shlex.quote(_LIST_DISTS)}", timeout_s=60, connect_timeout_s=connect_timeout_s)
+    if proc.returncode != 0:
+        return Check(host.name, "drift", "fail", f"cannot list {env}'s packages: {proc.stderr.strip()[-300:]}")
+    installed = {_canon(k): v for k, v in json.loads(proc.stdout).items()}
+    pins = {_canon(k): v for k, v in lock.pinned().items()}
+    differ = []
+    for name, want in sorted(pins.items()):
+        have = installed.get(name)
+        if have is None:
+            differ.append(f"{name} missing (lock {want})")
+        elif have.split("+")[0] != want.split("+")[0] and have != want:
+            differ.append(f"{name} {have} (lock {want})")
+    tooling = {"pip", "setuptools", "wheel"}
+    extra = sorted(set(installed) - set(pins) - tooling)
+    if differ:
+        return Check(host.name, "drift", "fail", f"{env} differs from its lock: " + "; ".join(differ[:10]))
+    if extra and len(pins) > 0 and lock.warns_on_extra_packages:
+        return Check(host.name, "drift", "warn", f"{env} has packages outside its lock: {', '.join(extra[:10])}")
+    return Check(host.name, "drift", "ok", f"{len(pins)} pinned packages match")
+
+
+# ---- the whole preflight ------------------------------------------------------------------------
+
+
+def run_doctor(
+    project: Project,
+    hosts: list[Host],
+    container_mode: bool | None = None,
+    connect_timeout_s: int = 5,
+    run_manifest: bool = True,
+    transport: Transport = SSH,
+) -> DoctorReport:
+    """Control checks, then every host's checks in parallel (reported in the project's host order).
+
+    Args:
+        container_mode: check Docker here too (None: when engine.install.mode says so).
+        transport: the SSH seam.
+    Returns:
+        the report (exit code 0 when nothing failed).
+    """
+    checks = control_checks(project, container_mode)
+    if hosts:
+        with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
+            per_host = list(pool.map(lambda h: host_checks(project, h, connect_timeout_s, run_manifest, transport), hosts))
+        for host_rows in per_host:
+            checks.extend(host_rows)
+    return DoctorReport(tuple(checks))

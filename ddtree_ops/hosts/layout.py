@@ -1,0 +1,119 @@
+"""The host layout, in one place: every path ddtree-ops leaves on a host, unit names, state.json keys.
+
+```
+/opt/ddtree/envs/<lock-hash>/        immutable venv built from a lock
+/opt/ddtree/images/<lock-hash>/      container mode: the record (and stored manifest) of the image
+/opt/ddtree/releases/<release-id>/   engine wheel, rendered env files, release.json
+/opt/ddtree/wheelhouse/<lock-hash>/  a wheelhouse unpacked while an env is built
+/etc/ddtree/<service>.env            0600; secrets (API key) live only here
+/etc/systemd/system/ddtree-<service>.service
+/var/lib/ddtree/state.json           current and previous release per service, the env or image
+```
+
+The Ansible roles receive these values as variables (or carry the same defaults, named there).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ROOT = "/opt/ddtree"
+ENVS_DIR = f"{ROOT}/envs"
+IMAGES_DIR = f"{ROOT}/images"
+RELEASES_DIR = f"{ROOT}/releases"
+STAGING_DIR = f"{ROOT}/wheelhouse"  # where a wheelhouse is unpacked on the host while an env is built
+IMAGE_ENV_DIR = f"{ROOT}/env"  # the engine's env inside the engine image
+ENV_FILE_DIR = "/etc/ddtree"
+UNIT_DIR = "/etc/systemd/system"
+STATE_PATH = "/var/lib/ddtree/state.json"
+MANIFEST_NAME = "abi-manifest.json"  # the ABI manifest stored beside an env (or an image's record)
+ENGINE_ENTRY_POINT = "bin/ddtree-engine"  # inside an env
+IMAGE_REPO = "ddtree-engine"
+
+# state.json: {"services": {name: {"current": id, "previous": id, "deploy_id": id, "rolled_back_by": id}},
+#              "env" | "image": {"path": dir, …}}
+STATE_SERVICES = "services"
+STATE_CURRENT = "current"
+STATE_PREVIOUS = "previous"
+STATE_DEPLOY_ID = "deploy_id"
+STATE_ROLLED_BACK_BY = "rolled_back_by"
+STATE_PATH_KEY = "path"
+
+
+def unit_name(service: str) -> str:
+    """`tree` → `ddtree-tree.service`."""
+    return f"ddtree-{service}.service"
+
+
+def syslog_identifier(service: str) -> str:
+    """The journal tag (`journalctl -t`) and the `-u` unit stem: `ddtree-<service>`."""
+    return f"ddtree-{service}"
+
+
+def container_name(service: str) -> str:
+    """The name of the service's container in container mode (`docker ps`, `docker logs`)."""
+    return f"ddtree-{service}"
+
+
+def env_file_path(service: str) -> str:
+    return f"{ENV_FILE_DIR}/{service}.env"
+
+
+def env_dir(short_hash: str) -> str:
+    """The venv of a lock: /opt/ddtree/envs/<short hash>."""
+    return f"{ENVS_DIR}/{short_hash}"
+
+
+def image_record_dir(short_hash: str) -> str:
+    """Container mode: where provision records a lock's image and stores its manifest."""
+    return f"{IMAGES_DIR}/{short_hash}"
+
+
+def staging_dir(short_hash: str) -> str:
+    return f"{STAGING_DIR}/{short_hash}"
+
+
+def image_tag(short_hash: str) -> str:
+    """The engine image's tag: one image per lock, like one env dir per lock."""
+    return f"{IMAGE_REPO}:{short_hash}"
+
+
+def release_json(release_id: str) -> str:
+    return f"{RELEASES_DIR}/{release_id}/release.json"
+
+
+def stored_manifest_path(env: str) -> str:
+    """The ABI manifest stored beside `env` (a venv or an image's record directory)."""
+    return f"{env.rstrip('/')}/{MANIFEST_NAME}"
+
+
+def state_key(mode: str) -> str:
+    """Where provision records what it built in state.json: `env` (a venv) or `image` (container mode).
+
+    Both records carry `path`, the directory on the host that holds the stored ABI manifest.
+    """
+    return "image" if mode == "container" else "env"
+
+
+def env_of_state(state: object, mode: str = "venv") -> str | None:
+    """The env (or image) directory provision recorded in a host's state.json (parsed), or None."""
+    env = state.get(state_key(mode)) if isinstance(state, dict) else None
+    path = env.get(STATE_PATH_KEY) if isinstance(env, dict) else None
+    return path if isinstance(path, str) and path else None
+
+
+def service_entries(state: Any) -> dict[str, Any]:
+    """state.json's per-service entries ({} when there are none or the document is not an object)."""
+    entries = state.get(STATE_SERVICES) if isinstance(state, dict) else None
+    return entries if isinstance(entries, dict) else {}
+
+
+def current_releases(state: dict[str, Any] | None, services: list[str]) -> dict[str, str]:
+    """service -> the release id state.json names as current (deploy writes `{"current": id, …}`)."""
+    out: dict[str, str] = {}
+    entries = service_entries(state)
+    for svc in services:
+        entry = entries.get(svc)
+        if isinstance(entry, dict) and isinstance(entry.get(STATE_CURRENT), str) and entry[STATE_CURRENT]:
+            out[svc] = entry[STATE_CURRENT]
+    return out

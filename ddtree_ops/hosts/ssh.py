@@ -1,0 +1,105 @@
+"""The one door SSH leaves through (Ansible aside): every `ssh` command of ddtree-ops is run by a Transport.
+
+Code that reaches a host takes a `transport` argument (default `SSH`, the real `ssh` client), so a
+test can stand in front of every SSH command by passing its own Transport (override `call`).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import IO
+
+from ..config import Host
+from ..exceptions import HostError
+
+# Host keys are not verified: lab hosts get new keys on every `lab up`; the Ansible inventory
+# (hosts/inventory.py) makes the same choice, so both paths see hosts the same way.
+SSH_OPTIONS = ("BatchMode=yes", "StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null", "LogLevel=ERROR")
+UNREACHABLE = 255  # ssh's own exit status when it could not connect
+
+
+def ssh_argv(host: Host, remote_command: str, connect_timeout_s: int = 10) -> list[str]:
+    """The `ssh` command line for one non-interactive command on `host`."""
+    argv = ["ssh", "-p", str(host.ssh.port)]
+    for option in (*SSH_OPTIONS, f"ConnectTimeout={connect_timeout_s}"):
+        argv += ["-o", option]
+    if host.ssh.key:
+        argv += ["-i", str(Path(host.ssh.key).expanduser())]
+    return argv + [f"{host.ssh.user}@{host.address}", remote_command]
+
+
+class Transport:
+    """Runs commands on hosts over SSH. `call` is the seam; `exec` and `run` judge its result."""
+
+    def call(
+        self,
+        host: Host,
+        remote_command: str,
+        *,
+        timeout_s: float,
+        input_text: str | None = None,
+        stdin: IO[bytes] | None = None,
+        connect_timeout_s: int = 10,
+    ) -> subprocess.CompletedProcess:
+        """Run `remote_command` on `host` and return the finished process (text output), unjudged.
+
+        Args:
+            input_text: sent on the command's stdin; `stdin`: a pipe to read it from instead.
+        Raises:
+            subprocess.TimeoutExpired: no answer within `timeout_s`.
+            FileNotFoundError: there is no ssh client on this machine.
+        """
+        argv = ssh_argv(host, remote_command, connect_timeout_s=connect_timeout_s)
+        if stdin is not None:
+            return subprocess.run(argv, stdin=stdin, capture_output=True, text=True, timeout=timeout_s)
+        return subprocess.run(argv, input=input_text, capture_output=True, text=True, timeout=timeout_s)
+
+    def exec(
+        self,
+        host: Host,
+        remote_command: str,
+        *,
+        timeout_s: float,
+        what: str = "ssh",
+        input_text: str | None = None,
+        stdin: IO[bytes] | None = None,
+        connect_timeout_s: int = 10,
+    ) -> subprocess.CompletedProcess:
+        """Run `remote_command` on `host`; the caller judges the exit status.
+
+        Raises:
+            HostError: no answer within `timeout_s` (naming `what`), no ssh client here, or the host
+                is unreachable (ssh's own exit status 255).
+        """
+        try:
+            proc = self.call(
+                host, remote_command, timeout_s=timeout_s, input_text=input_text, stdin=stdin,
+                connect_timeout_s=connect_timeout_s,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            raise HostError(f"host {host.name} ({host.address}): {what} did not finish within {timeout_s:.0f}s") from None
+        except FileNotFoundError:
+            raise HostError("the `ssh` client is not installed on this machine: install openssh-client") from None
+        if proc.returncode == UNREACHABLE:
+            raise HostError(
+                f"host {host.name} ({host.ssh.user}@{host.address}:{host.ssh.port}) is unreachable over SSH: "
+                f"{proc.stderr.strip() or 'no message'}"
+            )
+        return proc
+
+    def run(self, host: Host, remote_command: str, timeout_s: float = 30.0) -> str:
+        """Run a read-only command on `host` and return its stdout.
+
+        Raises:
+            HostError: the host did not answer, or the command failed (with its stderr).
+        """
+        proc = self.exec(host, remote_command, timeout_s=timeout_s)
+        if proc.returncode != 0:
+            raise HostError(
+                f"host {host.name}: `{remote_command}` exited {proc.returncode}: {proc.stderr.strip() or proc.stdout.strip()}"
+            )
+        return proc.stdout
+
+
+SSH = Transport()  # the real ssh client: the default every host-facing function takes

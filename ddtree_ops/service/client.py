@@ -1,0 +1,182 @@
+"""The HTTP client of one service (both engine backends answer the same way): deploy's gate,
+healthcheck and compare all talk to a server through `ServiceClient`."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import httpx
+
+from ..config import Host, Service
+from .metrics_text import Metrics, MetricsParseError, parse_metrics
+
+API_KEY_ENV = "DDTREE_API_KEY"
+
+
+def api_headers() -> dict[str, str]:
+    """`Authorization` for services started with an API key (read from $DDTREE_API_KEY here too)."""
+    key = os.environ.get(API_KEY_ENV)
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def base_url(address: str, port: int) -> str:
+    """`http://ADDRESS:PORT`, with IPv6 literals in brackets."""
+    host = f"[{address}]" if ":" in address else address
+    return f"http://{host}:{port}"
+
+
+def service_url(host: Host, service: Service) -> str:
+    """Where `service` answers on `host`."""
+    return base_url(host.address, service.port)
+
+
+@dataclass
+class StreamedCompletion:
+    """One streamed chat completion, timed on arrival of each SSE event."""
+
+    text: str = ""
+    token_ids: list[int] | None = None  # when the server sends them (`ddtree` extra field)
+    prompt_tokens: int | None = None  # from `usage`
+    completion_tokens: int | None = None  # from `usage`, never counted from chunks
+    finish_reason: str | None = None
+    t_start: float = 0.0
+    t_first_content: float | None = None
+    t_last_content: float | None = None
+    t_end: float = 0.0
+    content_chunks: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)  # the server's `ddtree` stats, if any
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.t_first_content is None else self.t_first_content - self.t_start
+
+
+def _sse_events(lines: Iterator[str]) -> Iterator[tuple[float, str]]:
+    for line in lines:
+        if line.startswith("data:"):
+            yield time.perf_counter(), line[5:].strip()
+
+
+def _token_ids_from(extra: Any) -> list[int] | None:
+    # The reference server sends the request's ids in the non-standard `ddtree` field of the
+    # usage chunk; SGLang does not, and then the lossless check compares text.
+    if isinstance(extra, dict) and isinstance(extra.get("completion_token_ids"), list):
+        return [int(t) for t in extra["completion_token_ids"]]
+    return None
+
+
+class ServiceClient:
+    """The HTTP API of one deployed service (both engine backends answer the same way)."""
+
+    def __init__(self, base_url: str, timeout_s: float = 30.0) -> None:
+        self.base_url = base_url
+        self._client = httpx.Client(base_url=base_url, timeout=timeout_s, headers=api_headers())
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> ServiceClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def health_status(self) -> int:
+        return self._client.get("/health").status_code
+
+    def server_info(self) -> dict[str, Any]:
+        r = self._client.get("/server_info")
+        r.raise_for_status()
+        data = r.json()
+        if not isinstance(data, dict):
+            raise ValueError(f"/server_info returned {type(data).__name__}, expected a JSON object")
+        return data
+
+    def metrics(self) -> Metrics:
+        r = self._client.get("/metrics")
+        r.raise_for_status()
+        try:
+            return parse_metrics(r.text)
+        except MetricsParseError as err:
+            raise ValueError(f"/metrics: {err}") from None
+
+    def model_id(self) -> str | None:
+        """The first id `/v1/models` lists (None when the list is empty)."""
+        r = self._client.get("/v1/models")
+        r.raise_for_status()
+        body = r.json()
+        if not isinstance(body, dict):
+            raise ValueError(f"/v1/models returned {type(body).__name__}, expected a JSON object")
+        data = body.get("data") or []
+        return data[0].get("id") if data and isinstance(data[0], dict) else None
+
+    def complete(self, prompt: str, max_tokens: int, model: str | None = None) -> dict[str, Any]:
+        """A non-streamed greedy `/v1/completions` request; returns the response body."""
+        body: dict[str, Any] = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
+        if model:
+            body["model"] = model
+        r = self._client.post("/v1/completions", json=body)
+        r.raise_for_status()
+        return r.json()
+
+    def stream_chat(
+        self, messages: list[dict[str, str]], max_tokens: int, model: str | None = None, timeout_s: float = 600.0
+    ) -> StreamedCompletion:
+        """A streamed greedy chat completion with `usage` requested in the final chunk.
+
+        Raises:
+            httpx.HTTPError: the request failed; ValueError: the stream was malformed or had no usage.
+        """
+        body: dict[str, Any] = {
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if model:
+            body["model"] = model
+        out = StreamedCompletion()
+        pieces: list[str] = []
+        out.t_start = time.perf_counter()
+        with self._client.stream("POST", "/v1/chat/completions", json=body, timeout=timeout_s) as r:
+            if r.status_code != 200:
+                r.read()
+                raise httpx.HTTPStatusError(
+                    f"/v1/chat/completions answered {r.status_code}: {r.text[:300]}", request=r.request, response=r
+                )
+            for t, data in _sse_events(r.iter_lines()):
+                if data == "[DONE]":
+                    break
+                chunk = json.loads(data)
+                if chunk.get("error"):
+                    raise ValueError(f"the server reported an error mid-stream: {chunk['error']}")
+                usage = chunk.get("usage")
+                if usage:
+                    out.prompt_tokens = usage.get("prompt_tokens")
+                    out.completion_tokens = usage.get("completion_tokens")
+                if isinstance(chunk.get("ddtree"), dict):
+                    out.extra = chunk["ddtree"]
+                    out.token_ids = _token_ids_from(out.extra)
+                for choice in chunk.get("choices") or []:
+                    content = (choice.get("delta") or {}).get("content")
+                    if content:
+                        if out.t_first_content is None:
+                            out.t_first_content = t
+                        out.t_last_content = t
+                        out.content_chunks += 1
+                        pieces.append(content)
+                    if choice.get("finish_reason"):
+                        out.finish_reason = choice["finish_reason"]
+        out.t_end = time.perf_counter()
+        out.text = "".join(pieces)
+        if out.completion_tokens is None:
+            raise ValueError(
+                "the stream ended without a `usage` chunk although stream_options.include_usage was set; "
+                "token counts are only taken from `usage`, so this server cannot be measured"
+            )
+        return out

@@ -1,0 +1,206 @@
+"""healthcheck (HTTP checks) and compare against real `ddtree-engine serve` processes on localhost.
+
+Three servers over tiny random pairs: `baseline` (dflash) and `tree` (ddtree, budget 15, topk 8)
+over the same pair, and `impostor`, a dflash server over a *different* pair that the project
+file calls `ar` — so the lossless check and the server_info check have something real to catch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from ddtree_ops.cli import cli
+from ddtree_ops.compare.run import run_compare
+from ddtree_ops.config import load_project
+from ddtree_ops.health.check import run_healthcheck
+from ddtree_ops.compare.prompts import BUILTIN_PROMPTS
+
+REPO = Path(__file__).resolve().parents[3]
+ENGINE_SRC = REPO / "engine_patches" / "ddtree_engine" / "src"
+START_TIMEOUT_S = 180
+
+
+def _engine_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ENGINE_SRC), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _engine(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ddtree_engine.cli", *args], env=_engine_env(), check=True, capture_output=True, text=True, **kw
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    """Start the three servers; yield {name: port} and the pair directories."""
+    root = tmp_path_factory.mktemp("fleet")
+    _engine("make-tiny-pair", str(root / "pair0"), "--arch", "qwen3", "--seed", "0", timeout=300)
+    _engine("make-tiny-pair", str(root / "pair1"), "--arch", "qwen3", "--seed", "1", timeout=300)
+    specs = {
+        "baseline": ("pair0", ["--algorithm", "dflash"]),
+        "tree": ("pair0", ["--algorithm", "ddtree", "--budget", "15", "--topk", "8"]),
+        "impostor": ("pair1", ["--algorithm", "dflash"]),
+    }
+    procs, ports = [], {}
+    try:
+        for name, (pair, args) in specs.items():
+            ports[name] = _free_port()
+            log = open(root / f"{name}.log", "w")
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable, "-m", "ddtree_engine.cli", "serve",
+                        "--target", str(root / pair / "target"), "--draft", str(root / pair / "draft"),
+                        *args, "--host", "127.0.0.1", "--port", str(ports[name]), "--log-level", "warning",
+                    ],
+                    env=_engine_env(), stdout=log, stderr=subprocess.STDOUT,
+                )
+            )
+        deadline = time.monotonic() + START_TIMEOUT_S
+        for name, port in ports.items():
+            while True:
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                    pytest.fail(f"server {name} did not become healthy:\n{(root / f'{name}.log').read_text()[-3000:]}")
+                time.sleep(0.5)
+        yield {"root": root, "ports": ports}
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def write_project(fleet, path: Path, tree_budget: int = 15) -> Path:
+    ports = fleet["ports"]
+    doc = {
+        "hosts": [{"name": "local", "address": "127.0.0.1"}],
+        "engine": {"target": str(fleet["root"] / "pair0" / "target"), "draft": str(fleet["root"] / "pair0" / "draft")},
+        "services": [
+            {"name": "baseline", "algorithm": "dflash", "port": ports["baseline"]},
+            {"name": "tree", "algorithm": "ddtree", "budget": tree_budget, "topk": 8, "port": ports["tree"]},
+            {"name": "impostor", "algorithm": "ar", "port": ports["impostor"]},
+        ],
+    }
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+# ---- healthcheck -------------------------------------------------------------------------------
+
+
+def test_healthcheck_http_checks_pass(fleet, tmp_path):
+    project = load_project(write_project(fleet, tmp_path / "ddtree.yaml"))
+    report = run_healthcheck(project, service_names=["baseline", "tree"], check_systemd=False)
+    assert report.ok, report.failures()
+    by_name = {r.service: r for r in report.results}
+    assert by_name["tree"].info["speculative_ddtree_budget"] == 15
+    assert by_name["tree"].generation_tokens == 8
+    # The generation went through the speculative path, so the acceptance gauge exists and is >= 1.
+    assert by_name["tree"].accept_length >= 1.0 and by_name["baseline"].accept_length >= 1.0
+
+
+def test_healthcheck_names_a_service_not_configured_as_deployed(fleet, tmp_path):
+    path = write_project(fleet, tmp_path / "ddtree.yaml", tree_budget=7)
+    r = CliRunner().invoke(cli, ["-c", str(path), "healthcheck", "--no-systemd"], catch_exceptions=False)
+    assert r.exit_code == 1, r.output
+    assert "local/tree: server_info: speculative_ddtree_budget: server says 15, deployed 7" in r.output
+    assert "local/impostor: server_info: speculative_algorithm: server says 'DFLASH', deployed 'AR'" in r.output
+    assert "local/baseline:" not in r.output.split("healthcheck failed:")[1]
+
+
+def test_healthcheck_cli_table(fleet, tmp_path):
+    path = write_project(fleet, tmp_path / "ddtree.yaml")
+    r = CliRunner().invoke(
+        cli, ["-c", str(path), "healthcheck", "--no-systemd", "--services", "baseline,tree"], catch_exceptions=False
+    )
+    assert r.exit_code == 0, r.output
+    assert "ddtree healthcheck" in r.stdout and r.stdout.count(" ok ") >= 2
+
+
+# ---- compare -----------------------------------------------------------------------------------
+
+
+def test_compare_library(fleet, tmp_path):
+    project = load_project(write_project(fleet, tmp_path / "ddtree.yaml"))
+    prompts = [p for p in BUILTIN_PROMPTS if p.name in ("code", "json")]
+    report = run_compare(project, prompts, runs=2, max_tokens=24)
+    assert report.ok, report.failures
+    assert len(report.runs) == 2 * 2 * 2
+    # Arms alternate: run 0 baseline first, run 1 tree first.
+    order = [(r.prompt, r.run, r.arm) for r in report.runs]
+    assert order[:4] == [("code", 0, "baseline"), ("code", 0, "tree"), ("code", 1, "tree"), ("code", 1, "baseline")]
+    for r in report.runs:
+        # Token counts are usage's, and usage agrees with the ids and the /metrics delta.
+        assert r.completion_tokens == len(r.token_ids) == r.generation_tokens_delta
+        assert 1 <= r.completion_tokens <= 24
+        # Acceptance from counter deltas equals the server's own count for this request.
+        assert r.accept_length == pytest.approx(r.completion_tokens / r.server_verify_steps)
+        assert r.ttft_s > 0 and r.error is None
+    assert [s.lossless.ok for s in report.summaries] == [True, True]
+    assert all("token for token" in s.lossless.detail for s in report.summaries)
+
+
+def test_compare_cli_writes_files(fleet, tmp_path):
+    path = write_project(fleet, tmp_path / "ddtree.yaml")
+    out = tmp_path / "out"
+    r = CliRunner().invoke(
+        cli,
+        ["-c", str(path), "compare", "--runs", "1", "--max-tokens", "16", "--out", str(out), "--json"],
+        catch_exceptions=False,
+    )
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["ok"] and doc["settings"]["runs"] == 1
+    assert [p["name"] for p in doc["settings"]["prompts"]] == [p.name for p in BUILTIN_PROMPTS]
+    assert all(p["lossless"]["ok"] for p in doc["prompts"])
+    assert json.loads((out / "compare.json").read_text())["totals"] == doc["totals"]
+    assert "| local | code |" in (out / "compare.md").read_text()
+    assert (out / "compare.png").read_bytes()[:4] == b"\x89PNG"
+
+    table = CliRunner().invoke(
+        cli, ["-c", str(path), "compare", "--runs", "1", "--max-tokens", "8", "--out", str(tmp_path / "o2")],
+        catch_exceptions=False,
+    )
+    assert table.exit_code == 0, table.output
+    assert "geomean speedup overall" in table.stdout and "✓" in table.stdout
+
+
+def test_compare_catches_a_lossy_arm(fleet, tmp_path):
+    # The impostor serves a different model: its output differs, which must fail the run.
+    path = write_project(fleet, tmp_path / "ddtree.yaml")
+    r = CliRunner().invoke(
+        cli,
+        ["-c", str(path), "compare", "--tree", "impostor", "--runs", "1", "--max-tokens", "12", "--out", str(tmp_path / "o")],
+        catch_exceptions=False,
+    )
+    assert r.exit_code == 1, r.output
+    assert "✗" in r.stdout
+    assert "local: the arms serve different targets" in r.stdout
+    assert "local: prompt 'code': lossless check failed: tree run 0 differs from baseline run 0 at token" in r.output

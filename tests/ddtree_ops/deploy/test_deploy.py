@@ -1,0 +1,442 @@
+"""plan_deploy (pure), the health gate against real local HTTP servers, and the rollout order.
+
+The Ansible call is replaced at its one seam (`run_playbook=`, or the CLI's `Seams`) by a recorder that
+writes what the real playbooks write back to the control node (the host state), and SSH at its one
+seam (a `Transport`) by one that answers each host's state.json and stored ABI manifest with the text
+of a real manifest; everything else is real.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+import subprocess
+
+from ddtree_ops.cli import cli
+from ddtree_ops.cli.common import Seams
+from ddtree_ops.config import parse_project
+from ddtree_ops.deploy.outcomes import journal_tail as _journal_tail
+from ddtree_ops.deploy.plan import plan_deploy, server_info_mismatches
+from ddtree_ops.deploy.rollback import execute_rollback
+from ddtree_ops.deploy.rollout import execute_deploy
+from ddtree_ops.exceptions import ConfigError, HostError
+from ddtree_ops.hosts.layout import STATE_PATH, stored_manifest_path
+from ddtree_ops.hosts.ssh import Transport
+
+from manifest_docs import H200_MANIFEST as MANIFEST_FIXTURE
+from manifest_docs import failed_manifest_doc
+ENV = "/opt/ddtree/envs/0123456789abcdef"
+
+
+def free_port(address: str) -> int:
+    with socket.socket() as s:
+        s.bind((address, 0))
+        return s.getsockname()[1]
+
+
+def project_doc(ports=(30000, 30001), addresses=("127.0.0.1", "127.0.0.2"), timeout_s=900.0):
+    return {
+        "hosts": [{"name": f"h{i + 1}", "address": a} for i, a in enumerate(addresses)],
+        "engine": {"target": "lab", "draft": "lab", "block_size": 16},
+        "services": [
+            {"name": "baseline", "algorithm": "dflash", "port": ports[0]},
+            {"name": "tree", "algorithm": "ddtree", "budget": 15, "topk": 8, "port": ports[1]},
+        ],
+        "deploy": {"health_timeout_s": timeout_s, "health_interval_s": 0.05},
+    }
+
+
+# --- plan_deploy -----------------------------------------------------------------------------
+
+
+def test_overrides_apply_to_the_ddtree_service_only():
+    plan = plan_deploy(parse_project(project_doc()), budget=15, topk=4)
+    tree = plan.project.service("tree")
+    assert (tree.budget, tree.topk) == (15, 4)
+    assert plan.project.service("baseline").budget is None
+    for host in plan.hosts:
+        by_name = {s.service: s for s in host.services}
+        assert (by_name["tree"].budget, by_name["tree"].topk) == (15, 4)
+        args = by_name["tree"].spec.serve_args
+        assert args[args.index("--topk") + 1] == "4"
+        assert "--budget" not in by_name["baseline"].spec.serve_args
+    assert plan.warnings == []
+
+
+def test_verify_width_differing_from_block_size_warns_and_explains_the_cost():
+    plan = plan_deploy(parse_project(project_doc()), budget=8)
+    assert len(plan.warnings) == 1
+    warning = plan.warnings[0]
+    assert "budget+1 = 9 differs from block size 16" in warning
+    assert "not at equal cost" in warning and "--budget 15" in warning
+
+
+def test_selection_by_service_and_host_keeps_project_order():
+    plan = plan_deploy(parse_project(project_doc()), services=["tree"], hosts=["h2"])
+    assert [h.host for h in plan.hosts] == ["h2"]
+    assert [s.service for s in plan.hosts[0].services] == ["tree"]
+    assert plan.hosts[0].services[0].base_url == "http://127.0.0.2:30001"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"budget": -1}, "--budget -1"),
+        ({"topk": 0}, "--topk 0"),
+        ({"services": ["nope"]}, "unknown service 'nope'"),
+        ({"hosts": ["h9"]}, "unknown host 'h9'"),
+        ({"services": ["baseline"], "budget": 15}, "none is selected"),
+    ],
+)
+def test_bad_input_is_a_config_error(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        plan_deploy(parse_project(project_doc()), **kwargs)
+
+
+def test_server_info_mismatch_names_each_key():
+    plan = plan_deploy(parse_project(project_doc()), budget=15, topk=8)
+    tree = next(s for s in plan.hosts[0].services if s.service == "tree")
+    ok = {
+        "speculative_algorithm": "DDTREE",
+        "speculative_ddtree_budget": 15,
+        "speculative_ddtree_topk": 8,
+        "speculative_num_draft_tokens": 16,
+    }
+    assert server_info_mismatches(ok, tree) == []
+    problems = server_info_mismatches({**ok, "speculative_ddtree_budget": 7}, tree)
+    assert problems == ["speculative_ddtree_budget: server says 7, deployed 15"]
+    # A drafter whose block size is not the project file's is caught by the gate, not later.
+    assert server_info_mismatches({**ok, "speculative_num_draft_tokens": 8}, tree) == [
+        "speculative_num_draft_tokens: server says 8, deployed 16"
+    ]
+    baseline = next(s for s in plan.hosts[0].services if s.service == "baseline")
+    assert server_info_mismatches(
+        {"speculative_algorithm": "DFLASH", "speculative_ddtree_budget": 15, "speculative_num_draft_tokens": 16},
+        baseline,
+    ) == []
+
+
+# --- execution against local servers ------------------------------------------------------------
+
+
+class FakeService:
+    """A real HTTP server answering /health and /server_info the way the engine does."""
+
+    def __init__(self, address: str, port: int, info: dict, healthy: bool = True):
+        self.info, self.healthy = info, healthy
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                if self.path == "/health":
+                    code, body = (200, b"{}") if outer.healthy else (503, b'{"status": "loading"}')
+                elif self.path == "/server_info":
+                    code, body = 200, json.dumps(outer.info).encode()
+                else:
+                    code, body = 404, b"{}"
+                self.send_response(code)
+                self.send_header("content-type", "application/json")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer((address, port), Handler)
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class RecordingRunner:
+    """Stands in for ansible.run_playbook: records the calls, writes back the host state the role reports."""
+
+    def __init__(self):
+        self.calls: list[tuple[str, str, dict]] = []
+        self.state: dict[str, dict] = {}
+
+    def __call__(self, playbook, project, hosts, extravars, *, on_event=None, log_dir=None):
+        (host,) = hosts
+        self.calls.append((playbook, host.name, extravars))
+        services = self.state.setdefault(host.name, {})
+        report_dir = Path(extravars["ddtree_deploy_report_dir"])
+        if playbook == "deploy.yml":
+            for s in extravars["ddtree_deploy_services"]:
+                old = services.get(s["name"], {}).get("current")
+                services[s["name"]] = {
+                    "current": f"new-{s['name']}",
+                    "previous": old,
+                    "deploy_id": extravars["ddtree_deploy_id"],
+                }
+        elif playbook == "rollback.yml":
+            for name in extravars.get("ddtree_deploy_journal_services", []):
+                (report_dir / f"{host.name}-{name}.journal").write_text(f"line 1\n{name}: model path does not exist\n")
+            for name, entry in services.items():
+                if entry.get("deploy_id") == extravars.get("ddtree_deploy_rollback_deploy_id"):
+                    services[name] = {
+                        "current": entry["previous"],
+                        "previous": None,
+                        "rolled_back_by": extravars["ddtree_deploy_id"],
+                    }
+        (report_dir / f"{host.name}.state.json").write_text(json.dumps({"services": services}))
+
+        return SimpleNamespace(hosts={})
+
+
+@pytest.fixture
+def fleet():
+    """Two 'hosts' on 127.0.0.1 and 127.0.0.2, each serving baseline and tree."""
+    ports = (free_port("127.0.0.1"), free_port("127.0.0.1"))
+    servers = {}
+    for host, address in (("h1", "127.0.0.1"), ("h2", "127.0.0.2")):
+        servers[(host, "baseline")] = FakeService(
+            address, ports[0], {"speculative_algorithm": "DFLASH", "speculative_num_draft_tokens": 16}
+        )
+        servers[(host, "tree")] = FakeService(
+            address, ports[1],
+            {"speculative_algorithm": "DDTREE", "speculative_ddtree_budget": 15, "speculative_ddtree_topk": 8,
+             "speculative_num_draft_tokens": 16},
+        )  # fmt: skip
+    yield ports, servers
+    for server in servers.values():
+        server.close()
+
+
+def test_healthy_rollout_goes_host_by_host(fleet):
+    ports, _servers = fleet
+    runner = RecordingRunner()
+    report = execute_deploy(plan_deploy(parse_project(project_doc(ports))), run_playbook=runner)
+    assert report.ok and report.failure is None
+    assert [(c[0], c[1]) for c in runner.calls] == [("deploy.yml", "h1"), ("deploy.yml", "h2")]
+    assert {c[2]["ddtree_deploy_id"] for c in runner.calls} == {report.deploy_id}
+    for host in report.hosts:
+        assert host.status == "deployed"
+        assert [s.status for s in host.services] == ["healthy", "healthy"]
+        assert all(s.healthy_after_s is not None and s.release_changed for s in host.services)
+        assert [s.release_id for s in host.services] == ["new-baseline", "new-tree"]
+
+
+def test_unhealthy_service_rolls_back_its_host_and_stops_the_rollout(fleet):
+    ports, servers = fleet
+    servers[("h1", "tree")].healthy = False
+    runner = RecordingRunner()
+    runner.state["h1"] = {"tree": {"current": "old-tree"}, "baseline": {"current": "old-baseline"}}
+    plan = plan_deploy(parse_project(project_doc(ports, timeout_s=0.5)))
+    report = execute_deploy(plan, run_playbook=runner)
+
+    assert not report.ok
+    assert [(c[0], c[1]) for c in runner.calls] == [("deploy.yml", "h1"), ("rollback.yml", "h1")]
+    rollback_vars = runner.calls[1][2]
+    assert rollback_vars["ddtree_deploy_rollback_deploy_id"] == report.deploy_id
+    assert rollback_vars["ddtree_deploy_journal_services"] == ["tree"]
+    h1, h2 = report.hosts
+    assert h1.status == "rolled back"
+    assert {s.service: s.release_id for s in h1.services} == {"baseline": "old-baseline", "tree": "old-tree"}
+    assert h2.status == "skipped" and all(s.status == "skipped" for s in h2.services)
+    assert "deploy failed on host 'h1'" in report.failure
+    assert "service 'tree' (ddtree-tree.service)" in report.failure
+    assert "did not answer 200 within 0.5s" in report.failure
+    assert "tree: model path does not exist" in report.failure  # the journal tail
+    assert "h2 were not touched" in report.failure
+
+
+def test_server_info_mismatch_fails_the_gate(fleet):
+    ports, servers = fleet
+    servers[("h1", "tree")].info["speculative_ddtree_topk"] = 2
+    runner = RecordingRunner()
+    report = execute_deploy(plan_deploy(parse_project(project_doc(ports))), run_playbook=runner)
+    assert not report.ok
+    tree = next(s for s in report.hosts[0].services if s.service == "tree")
+    assert "speculative_ddtree_topk: server says 2, deployed 8" in report.failure
+    # It had no previous release: the rollback stops it instead of leaving a wrong service running.
+    assert tree.status == "stopped"
+
+
+# --- the CLI ---------------------------------------------------------------------------------
+
+
+class HostFiles(Transport):
+    """Stands in front of SSH: each host's state.json names ENV, whose stored manifest is `texts[host]`
+    (default: a passing one); systemd says every unit runs. Every command is recorded."""
+
+    def __init__(self):
+        self.texts: dict[str, str] = {}
+        self.commands: list[tuple[str, str]] = []
+
+    def call(self, host, remote_command, *, timeout_s, input_text=None, stdin=None, connect_timeout_s=10):
+        self.commands.append((host.name, remote_command))
+        if remote_command.startswith(f"cat {STATE_PATH}"):
+            out = json.dumps({"env": {"path": ENV}})
+        elif stored_manifest_path(ENV) in remote_command:
+            out = self.texts.get(host.name, MANIFEST_FIXTURE.read_text())
+        elif remote_command.startswith("systemctl show"):
+            out = "ActiveState=active\nSubState=running\nNRestarts=0\n"
+        else:
+            return subprocess.CompletedProcess(remote_command, 1, "", f"unexpected command {remote_command!r}")
+        return subprocess.CompletedProcess(remote_command, 0, out, "")
+
+
+@pytest.fixture
+def host_files():
+    return HostFiles()
+
+
+@pytest.fixture
+def stored_manifests(host_files):
+    """host -> the text of its stored abi-manifest.json, answered by the SSH seam (default: a passing one)."""
+    return host_files.texts
+
+
+@pytest.fixture
+def config_file(tmp_path, fleet, host_files):
+    ports, _ = fleet
+    path = tmp_path / "ddtree.yaml"
+    path.write_text(yaml.safe_dump(project_doc(ports, timeout_s=0.5)))
+    runner = RecordingRunner()
+    return path, runner, Seams(run_playbook=runner, transport=host_files)
+
+
+def invoke(config_file, *args):
+    """`ddtree-ops -c PATH ARGS…` with the test's seams (the recording runner, the host files)."""
+    path, _runner, seams = config_file
+    return CliRunner().invoke(cli, ["-c", str(path), *args], obj={"seams": seams}, catch_exceptions=False)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--budget", "-1"], "--budget -1"),
+        (["--topk", "0"], "--topk 0"),
+        (["--hosts", "h1,nope"], "unknown host 'nope'"),
+        (["--services", "tree,nope"], "unknown service 'nope'"),
+    ],
+)
+def test_cli_bad_input_exits_2_before_touching_a_host(config_file, args, message):
+    _path, runner, _seams = config_file
+    result = invoke(config_file, "deploy", *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert runner.calls == []
+
+
+def test_cli_json_report_and_exit_codes(config_file, fleet):
+    _ports, servers = fleet
+    result = invoke(config_file, "deploy", "--budget", "15", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["ok"] is True and [h["host"] for h in doc["hosts"]] == ["h1", "h2"]
+
+    servers[("h2", "baseline")].healthy = False
+    result = invoke(config_file, "deploy", "--json")
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    assert doc["ok"] is False and doc["hosts"][1]["status"] == "rolled back"
+    assert "deploy failed on host 'h2'" in result.stderr and "service 'baseline'" in result.stderr
+
+
+def test_cli_stops_at_a_host_whose_env_failed_its_abi_manifest(config_file, stored_manifests):
+    _path, runner, _seams = config_file
+    stored_manifests["h2"] = json.dumps(failed_manifest_doc())
+    result = invoke(config_file, "deploy", "--json")
+    assert result.exit_code == 1, result.output
+    doc = json.loads(result.stdout)
+    assert [h["status"] for h in doc["hosts"]] == ["deployed", "refused"]
+    assert {s["status"] for s in doc["hosts"][1]["services"]} == {"not deployed"}
+    assert "deploy stopped at host 'h2', which was not changed" in result.stderr
+    assert f"host 'h2': the engine environment {ENV} failed its ABI manifest" in result.stderr
+    assert "import:ddtree_engine.reference.engine — importing ddtree_engine.reference.engine needs the Python module 'safetensors'" in result.stderr
+    assert [(c[0], c[1]) for c in runner.calls] == [("deploy.yml", "h1")], "h2 must not be touched"
+
+
+def test_env_gate_refusal_on_the_first_host_leaves_every_host_untouched(fleet):
+    ports, _servers = fleet
+    runner = RecordingRunner()
+    refusals = {"h1": "host 'h1': the engine environment /opt/ddtree/envs/x has no ABI manifest"}
+    report = execute_deploy(plan_deploy(parse_project(project_doc(ports))), run_playbook=runner, env_gate=refusals.get)
+    assert not report.ok and runner.calls == []
+    assert [h.status for h in report.hosts] == ["refused", "skipped"]
+    assert report.hosts[0].error == refusals["h1"]
+    assert report.failure.splitlines() == [
+        "deploy stopped at host 'h1', which was not changed:",
+        refusals["h1"],
+        "rollout stopped: host(s) h2 were not touched",
+    ]
+
+
+def test_failed_playbook_rolls_back_that_host_and_reports_ansibles_message(fleet):
+    ports, _servers = fleet
+    runner = RecordingRunner()
+
+    def failing_on_h1(playbook, project, hosts, extravars, **kw):
+        if playbook == "deploy.yml" and hosts[0].name == "h1":
+            runner.calls.append((playbook, hosts[0].name, extravars))
+            raise HostError("host h1 (127.0.0.1): task 'Verify the unit of tree with systemd-analyze' failed")
+        return runner(playbook, project, hosts, extravars, **kw)
+
+    report = execute_deploy(plan_deploy(parse_project(project_doc(ports))), run_playbook=failing_on_h1)
+    assert not report.ok
+    assert [(c[0], c[1]) for c in runner.calls] == [("deploy.yml", "h1"), ("rollback.yml", "h1")]
+    assert "Verify the unit of tree with systemd-analyze" in report.failure
+    assert all(s.status == "not deployed" for s in report.hosts[0].services)
+    assert report.hosts[1].status == "skipped"
+
+
+def test_a_unit_systemd_gave_up_on_fails_the_gate_without_waiting_for_the_timeout(fleet):
+    ports, servers = fleet
+    servers[("h1", "tree")].healthy = False
+    asked = []
+
+    def probe(plan):
+        asked.append(plan.service)
+        return "systemd gave up on ddtree-tree.service (failed/failed after 5 restarts)"
+
+    plan = plan_deploy(parse_project(project_doc(ports, timeout_s=600)))
+    started = time.monotonic()
+    report = execute_deploy(plan, run_playbook=RecordingRunner(), unit_probe=probe)
+    assert time.monotonic() - started < 60
+    assert asked == ["tree"], "only services still waiting for /health are probed"
+    assert "systemd gave up on ddtree-tree.service" in report.failure
+
+
+def test_journal_tail_keeps_the_services_own_last_words(tmp_path):
+    lines = ["10:00 h ddtree-tree[7]: Error: '/models/x' is not a directory"]
+    lines += [f"10:0{i % 10} h systemd[1]: ddtree-tree.service: restart {i}" for i in range(40)]
+    (tmp_path / "h-tree.journal").write_text("\n".join(lines) + "\n")
+    tail = _journal_tail(tmp_path, "h", "tree").splitlines()
+    assert tail[0] == lines[0], "the engine's error must survive systemd's restart chatter"
+    assert tail[-1] == lines[-1] and len(tail) == 13
+    assert _journal_tail(tmp_path, "h", "baseline") == ""
+
+
+def test_rollback_gates_restored_services_on_health_alone(fleet):
+    """The old release reports its own settings: the gate after a rollback takes a target without
+    expected /server_info values (no fake deploy plan), so a disagreeing /server_info does not fail it."""
+    ports, servers = fleet
+    servers[("h1", "tree")].info["speculative_ddtree_topk"] = 2  # what the previous release was deployed with
+    runner = RecordingRunner()
+    runner.state["h1"] = {"tree": {"current": "new-tree", "previous": "old-tree"}}
+    project = parse_project(project_doc(ports))
+    report = execute_rollback(project, services=["tree"], hosts=["h1"], run_playbook=runner)
+    assert report.ok, report.failure
+    (host,) = report.hosts
+    (tree,) = host.services
+    assert (host.status, tree.status, tree.release_id) == ("rolled back", "rolled back", "old-tree")
+    assert tree.healthy_after_s is not None
+    assert [(c[0], c[1]) for c in runner.calls] == [("rollback.yml", "h1")]
+
+    servers[("h1", "tree")].healthy = False
+    runner.state["h1"] = {"tree": {"current": "new-tree", "previous": "old-tree"}}
+    report = execute_rollback(parse_project(project_doc(ports, timeout_s=0.3)), services=["tree"], hosts=["h1"], run_playbook=runner)
+    assert not report.ok and "is not healthy after the rollback" in report.failure
