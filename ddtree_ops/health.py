@@ -2,7 +2,10 @@
 
 Per host and service, in parallel: the systemd unit (state and restart count, over SSH), the ABI
 manifest stored beside the host's engine environment, `/health`, `/server_info` against what was
-deployed, a short greedy generation, and the acceptance gauge from `/metrics`. Every problem is collected (not raised) so one report shows all of them.
+deployed, a short greedy generation, and the service's lifetime acceptance from `/metrics`
+(ACCEPT_DEFINITION: committed tokens per verify step, prefill excluded; see
+`metrics_text.accept_length_lifetime` for the counters it reads and its fallbacks). Every problem
+is collected (not raised) so one report shows all of them.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from . import server_info
 from .config import Host, Project, Service
 from .exceptions import ConfigError, HostError
 from .manifest import EnvVerdict, env_of_state, read_env_verdict, state_key
-from .metrics_text import GENERATION_TOKENS, SPEC_ACCEPT_LENGTH, MetricsParseError
+from .metrics_text import ACCEPT_DEFINITION, GENERATION_TOKENS, MetricsParseError, accept_length_lifetime
 from .remote import STATE_PATH, HostFacts, ServiceClient, UnitState, query_host, service_url, unit_name
 
 GENERATION_PROMPT = "The capital of France is"
@@ -39,7 +42,8 @@ class ServiceHealth:
     info_mismatches: list[str] = field(default_factory=list)
     generation_text: str | None = None
     generation_tokens: int | None = None
-    accept_length: float | None = None
+    accept_length: float | None = None  # lifetime committed tokens per verify step, prefill excluded
+    accept_source: str | None = None  # metrics_text.SOURCE_*: which counters it came from
     failures: list[str] = field(default_factory=list)  # "check: what is wrong"
     warnings: list[str] = field(default_factory=list)
 
@@ -75,6 +79,7 @@ class HealthReport:
         return {
             "ok": self.ok,
             "systemd_checked": self.systemd_checked,
+            "accept_definition": ACCEPT_DEFINITION,
             "manifests": {host: verdict.to_dict() for host, verdict in self.manifests().items()},
             "services": [r.to_dict() for r in self.results],
             "failures": self.failures(),
@@ -157,6 +162,7 @@ class HttpFacts:
     accept_length: float | None = None
     generation_tokens_total: float | None = None
     failures: list[str] = field(default_factory=list)
+    accept_source: str | None = None
 
 
 def probe_http(url: str, timeout_s: float = 30.0) -> HttpFacts:
@@ -187,7 +193,8 @@ def probe_http(url: str, timeout_s: float = 30.0) -> HttpFacts:
         try:
             metrics = client.metrics()
             facts.generation_tokens_total = metrics.total(GENERATION_TOKENS)
-            facts.accept_length = metrics.mean(SPEC_ACCEPT_LENGTH)
+            acceptance = accept_length_lifetime(metrics)
+            facts.accept_length, facts.accept_source = acceptance.value, acceptance.source
             if facts.generation_tokens_total is None:
                 facts.failures.append(f"metrics: {url}/metrics has no {GENERATION_TOKENS}")
         except (httpx.HTTPError, ValueError, MetricsParseError) as err:
@@ -259,7 +266,7 @@ def evaluate(
     text, tokens, gen_failures = _generation_failures(http.generation)
     result.generation_text, result.generation_tokens = text, tokens
     result.failures += gen_failures
-    result.accept_length = http.accept_length
+    result.accept_length, result.accept_source = http.accept_length, http.accept_source
     return result
 
 

@@ -17,6 +17,15 @@ PROMPT_TOKENS = "sglang:prompt_tokens_total"
 NUM_REQUESTS = "sglang:num_requests_total"
 SPEC_VERIFY_CALLS = "sglang:spec_verify_calls_total"
 SPEC_ACCEPT_LENGTH = "sglang:spec_accept_length"
+# The DDTree engine's own counter of tokens committed by verify steps (SGLang has no such counter).
+VERIFY_COMMITTED_TOKENS = "ddtree:verify_committed_tokens_total"
+
+# The one definition of acceptance every tool shows (tables, JSON, Markdown).
+ACCEPT_DEFINITION = "accept = committed tokens per verify step, prefill excluded"
+# Where a figure came from (`Acceptance.source`).
+SOURCE_COMMITTED = "verify_committed_tokens"  # ddtree:verify_committed_tokens_total / verify calls
+SOURCE_TOKENS_MINUS_REQUESTS = "generation_minus_requests"  # (generation tokens - requests) / verify calls
+SOURCE_GAUGE = "spec_accept_length_gauge"  # the server's own gauge, taken as it is
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _SAMPLE = re.compile(rf"^(?P<name>{_NAME})(?:\{{(?P<labels>.*)\}})?\s+(?P<value>\S+)(?:\s+(?P<ts>-?\d+))?\s*$")
@@ -125,13 +134,76 @@ def counter_delta(before: Metrics, after: Metrics, name: str) -> float | None:
     return b - a
 
 
-def accept_length_delta(before: Metrics, after: Metrics) -> float | None:
-    """Generated tokens per verify call between two scrapes (SGLang's acceptance length).
+@dataclass(frozen=True)
+class Acceptance:
+    """An acceptance length and how it was obtained.
 
-    None when no verify call happened in between (an `ar` service) or the counters are missing.
+    `value` is committed tokens per verify step, the prefill's token excluded (`ar` reads 1.0);
+    None when there was no verify step or the server lacks the counters. `source` is one of the
+    SOURCE_* names, None with no value.
     """
-    tokens = counter_delta(before, after, GENERATION_TOKENS)
+
+    value: float | None = None
+    source: str | None = None
+
+
+def _committed_by_verify(
+    committed: float | None, generated: float | None, requests: float | None
+) -> tuple[float | None, str | None]:
+    # The engine's own counter first. Without it (SGLang's own servers, DDTree engines before the
+    # counter existed): every finished request's first token comes from its prefill, not from a
+    # verify step, so generated - finished requests = tokens committed by verify steps. Exact
+    # when no request is in flight at either scrape (SGLang counts both at request finish).
+    if committed is not None:
+        return committed, SOURCE_COMMITTED
+    if generated is not None and requests is not None:
+        return generated - requests, SOURCE_TOKENS_MINUS_REQUESTS
+    return None, None
+
+
+def accept_length_delta(before: Metrics, after: Metrics) -> Acceptance:
+    """Committed tokens per verify step between two scrapes, prefill excluded (ACCEPT_DEFINITION).
+
+    Args:
+        before, after: scrapes of one server around the traffic to measure.
+
+    Returns:
+        Δ ddtree:verify_committed_tokens_total ÷ Δ sglang:spec_verify_calls_total; on a server
+        without that counter, (Δ sglang:generation_tokens_total − Δ sglang:num_requests_total) ÷
+        Δ verify calls. No value when no verify call happened in between (a request answered by
+        its prefill alone, or a non-speculative SGLang server), when the server restarted, or
+        when the counters are missing.
+    """
     calls = counter_delta(before, after, SPEC_VERIFY_CALLS)
-    if tokens is None or not calls:
-        return None
-    return tokens / calls
+    committed, source = _committed_by_verify(
+        counter_delta(before, after, VERIFY_COMMITTED_TOKENS),
+        counter_delta(before, after, GENERATION_TOKENS),
+        counter_delta(before, after, NUM_REQUESTS),
+    )
+    if committed is None or not calls:
+        return Acceptance()
+    return Acceptance(committed / calls, source)
+
+
+def accept_length_lifetime(metrics: Metrics) -> Acceptance:
+    """Committed tokens per verify step over a server's lifetime, prefill excluded.
+
+    From the counters (as `accept_length_delta`, with zero as the "before"); only a server that
+    exposes neither ddtree:verify_committed_tokens_total nor the token and request counters
+    falls back to its `sglang:spec_accept_length` gauge, taken as it is (SGLang's gauge covers
+    its latest logging interval, not the lifetime).
+
+    Args:
+        metrics: one scrape of `/metrics`.
+
+    Returns:
+        the acceptance and its source; no value before the first verify call.
+    """
+    calls = metrics.total(SPEC_VERIFY_CALLS)
+    committed, source = _committed_by_verify(
+        metrics.total(VERIFY_COMMITTED_TOKENS), metrics.total(GENERATION_TOKENS), metrics.total(NUM_REQUESTS)
+    )
+    if committed is not None and calls is not None:
+        return Acceptance(committed / calls, source) if calls else Acceptance()
+    gauge = metrics.mean(SPEC_ACCEPT_LENGTH)
+    return Acceptance(gauge, SOURCE_GAUGE) if gauge is not None else Acceptance()

@@ -10,7 +10,7 @@ import click
 from ..compare import CompareReport, default_out_dir, run_compare, write_compare_files
 from ..exceptions import CheckFailed, ConfigError
 from ..prompts import load_prompts
-from ..report import TABLE_COLUMNS, fmt, table_rows
+from ..report import ACCEPT_FOOTNOTE, TABLE_COLUMNS, fmt, table_rows
 from . import cli
 from .common import emit_json, json_option, project_from
 from .health import console, split_names
@@ -33,7 +33,10 @@ def _render(report: CompareReport, files: dict) -> None:
     from rich.table import Table
 
     s = report.settings
-    table = Table(title=f"ddtree compare: {s.baseline} vs {s.tree} ({s.runs} run(s), {s.max_tokens} max tokens, T=0)")
+    table = Table(
+        title=f"ddtree compare: {s.baseline} vs {s.tree} ({s.runs} run(s), {s.max_tokens} max tokens, T=0)",
+        caption=ACCEPT_FOOTNOTE,
+    )
     for col in TABLE_COLUMNS:
         table.add_column(col, justify="left" if col in ("host", "prompt") else "right")
     for row in table_rows(report.summaries):

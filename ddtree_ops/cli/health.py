@@ -8,6 +8,7 @@ import click
 
 from ..exceptions import CheckFailed
 from ..health import HealthReport, run_healthcheck
+from ..metrics_text import ACCEPT_DEFINITION
 from ..report import fmt
 from . import cli
 from .common import emit_json, json_option, project_from
@@ -29,7 +30,7 @@ def console():
 def _render(report: HealthReport) -> None:
     from rich.table import Table
 
-    table = Table(title="ddtree healthcheck")
+    table = Table(title="ddtree healthcheck", caption=f"accept len: {ACCEPT_DEFINITION} (lifetime, from /metrics)")
     for col in ("host", "service", "unit", "restarts", "env manifest", "health", "server_info", "generation", "accept len", "verdict"):
         table.add_column(col)
     for r in report.results:

@@ -265,8 +265,11 @@ def test_metrics_grow_by_exactly_the_request_and_journal_lines_follow_steps(clie
     assert delta("sglang:spec_verify_calls_total") == stats["verify_steps"]
     assert delta("ddtree:tree_nodes_total") == sum(stats["tree_nodes_per_step"])
     assert delta("ddtree:accepted_drafts_total") == sum(stats["accepted_drafts_per_step"])
+    assert delta("ddtree:verify_committed_tokens_total") == sum(stats["accepted_per_step"])
+    # Acceptance excludes each request's prefill token: (generated - requests) / verify steps.
     assert after["sglang:spec_accept_length"] == pytest.approx(
-        after["sglang:generation_tokens_total"] / after["sglang:spec_verify_calls_total"]
+        (after["sglang:generation_tokens_total"] - after["sglang:num_requests_total"])
+        / after["sglang:spec_verify_calls_total"]
     )
     new_lines = journal[lines_before:]
     assert len(new_lines) == stats["verify_steps"]  # interval 1: one line per verify step

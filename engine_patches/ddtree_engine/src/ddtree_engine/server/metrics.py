@@ -2,6 +2,11 @@
 
 The metric names are SGLang's (`sglang:generation_tokens_total`, ...) so the health gate and the
 compare tool read both backends the same way; `ddtree:*` are this engine's extras.
+
+Acceptance length, everywhere it is shown, is committed tokens per verify step: the accepted
+drafts plus the bonus token of each step, counted from the steps themselves. The first token of
+a request comes from the prefill, not from a verify step, so it is not part of it (counting it
+would put an `ar` service above 1 and favour the arm with fewer steps); `ar` reads exactly 1.
 """
 
 from __future__ import annotations
@@ -23,6 +28,16 @@ _COUNTERS = (
     ("sglang:spec_verify_calls_total", "spec_verify_calls", "Target verify forwards (one per step)."),
     ("ddtree:tree_nodes_total", "tree_nodes", "Drafted nodes verified, roots excluded."),
     ("ddtree:accepted_drafts_total", "accepted_drafts", "Drafted tokens the target accepted."),
+    (
+        "ddtree:verify_committed_tokens_total",
+        "verify_committed_tokens",
+        "Tokens committed by verify steps (accepted drafts + one bonus token each); the prefill's token excluded.",
+    ),
+)
+ACCEPT_LENGTH_HELP = (
+    "Committed tokens per verify step over the server's lifetime (accepted drafts + the bonus token; "
+    "the prefill's token excluded, so ar reads 1): "
+    "ddtree:verify_committed_tokens_total / sglang:spec_verify_calls_total."
 )
 
 
@@ -36,13 +51,14 @@ class MetricsSnapshot:
     spec_verify_calls: int = 0
     tree_nodes: int = 0
     accepted_drafts: int = 0
+    verify_committed_tokens: int = 0  # tokens committed by verify steps; generation_tokens - num_requests
 
     @property
     def spec_accept_length(self) -> float:
-        """Generated tokens per verify call over the server's lifetime (0 before the first)."""
+        """Committed tokens per verify step over the server's lifetime, prefill excluded (0 before the first)."""
         if self.spec_verify_calls == 0:
             return 0.0
-        return self.generation_tokens / self.spec_verify_calls
+        return self.verify_committed_tokens / self.spec_verify_calls
 
 
 def format_journal_line(steps: Sequence[StepStats], budget: int, batch_size: int = 1) -> str:
@@ -56,6 +72,8 @@ def format_journal_line(steps: Sequence[StepStats], budget: int, batch_size: int
     Returns:
         e.g. `DDTREE metrics: bs=1 budget=15 avg_actual_nodes=16.00 avg_accepted_drafts=6.00
         avg_commit_len=7.00 avg_accepted_depth=6.00` (one line; nodes count the root).
+        `avg_commit_len` is the acceptance length of these steps (committed tokens per verify
+        step, prefill excluded), the definition `sglang:spec_accept_length` uses.
     """
     if not steps:
         raise ValueError("expected at least one verify step, got none")
@@ -81,7 +99,7 @@ def render_prometheus(snapshot: MetricsSnapshot, model_name: str) -> str:
             f"{name}{label} {float(getattr(snapshot, field_name))}",
         ]
     lines += [
-        "# HELP sglang:spec_accept_length Lifetime generated tokens per verify call.",
+        f"# HELP sglang:spec_accept_length {ACCEPT_LENGTH_HELP}",
         "# TYPE sglang:spec_accept_length gauge",
         f"sglang:spec_accept_length{label} {snapshot.spec_accept_length}",
     ]
@@ -122,6 +140,7 @@ class ServerMetrics:
                 spec_verify_calls=s.spec_verify_calls + len(result.steps),
                 tree_nodes=s.tree_nodes + sum(st.tree_nodes for st in result.steps),
                 accepted_drafts=s.accepted_drafts + sum(st.accepted_drafts for st in result.steps),
+                verify_committed_tokens=s.verify_committed_tokens + sum(st.committed for st in result.steps),
             )
             for step in result.steps:
                 self._pending_steps.append(step)
