@@ -58,9 +58,10 @@ def _render(report: CompareReport, files: dict) -> None:
 @click.option(
     "--prompts",
     "prompts_file",
-    type=click.Path(exists=True, dir_okay=False),
+    type=click.Path(dir_okay=False),
     default=None,
-    help="YAML/JSON list of prompts (strings, or {name, prompt}); default: the built-in set.",
+    help="A built-in set (builtin, heldout, heldout-templates, heldout-novel) or a YAML/JSON list of prompts "
+    "(strings, or {name, prompt}); default: builtin.",
 )
 @click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True, help="Measured runs per prompt per arm.")
 @click.option("--max-tokens", type=click.IntRange(min=2), default=128, show_default=True)
