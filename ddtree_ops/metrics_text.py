@@ -1,15 +1,21 @@
 """Reading Prometheus text exposition (what `/metrics` returns on both engine backends).
 
-Only the parts the tools need: samples with labels and values; `# HELP`/`# TYPE` lines and
-timestamps are skipped. SGLang labels every series (`model_name=…`), so values are read by
-metric name with the label sets summed.
+Parsed by `prometheus_client`'s own text parser (the library both backends write it with), so
+label escaping, `# HELP`/`# TYPE` handling and the special values are the library's. Only the
+samples are kept: names, labels and values, in order of appearance; timestamps are dropped.
+SGLang labels every series (`model_name=…`, per rank), so values are read by metric name with
+the label sets summed. `*_created` samples, which prometheus_client writes for counters outside
+multiprocess mode (SGLang runs in multiprocess mode and writes none), are samples of their own
+name and never add to a counter's total.
 """
 
 from __future__ import annotations
 
 import math
-import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_fd_to_metric_families
 
 # Metric names the tools read (SGLang's names; the reference server uses the same ones).
 GENERATION_TOKENS = "sglang:generation_tokens_total"
@@ -27,13 +33,9 @@ SOURCE_COMMITTED = "verify_committed_tokens"  # ddtree:verify_committed_tokens_t
 SOURCE_TOKENS_MINUS_REQUESTS = "generation_minus_requests"  # (generation tokens - requests) / verify calls
 SOURCE_GAUGE = "spec_accept_length_gauge"  # the server's own gauge, taken as it is
 
-_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
-_SAMPLE = re.compile(rf"^(?P<name>{_NAME})(?:\{{(?P<labels>.*)\}})?\s+(?P<value>\S+)(?:\s+(?P<ts>-?\d+))?\s*$")
-_LABEL = re.compile(r'\s*(?P<key>[a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"(?P<value>(?:[^"\\]|\\.)*)"\s*,?')
-
 
 class MetricsParseError(ValueError):
-    """A line of the exposition is not a sample, a comment or blank."""
+    """A line of the exposition that prometheus_client's text parser rejects."""
 
 
 @dataclass(frozen=True)
@@ -70,55 +72,37 @@ class Metrics:
         return math.fsum(values) / len(values)
 
 
-def _unescape(value: str) -> str:
-    return value.replace(r"\\", "\0").replace(r"\"", '"').replace(r"\n", "\n").replace("\0", "\\")
-
-
-def _parse_labels(text: str, line_no: int) -> dict[str, str]:
-    labels: dict[str, str] = {}
-    pos = 0
-    text = text.strip()
-    while pos < len(text):
-        m = _LABEL.match(text, pos)
-        if not m or m.end() == pos:
-            raise MetricsParseError(f"line {line_no}: malformed labels {{{text}}}")
-        labels[m.group("key")] = _unescape(m.group("value"))
-        pos = m.end()
-    return labels
-
-
-def _parse_value(text: str, line_no: int) -> float:
-    special = {"+Inf": math.inf, "-Inf": -math.inf, "NaN": math.nan}
-    if text in special:
-        return special[text]
-    try:
-        return float(text)
-    except ValueError:
-        raise MetricsParseError(f"line {line_no}: value {text!r} is not a number") from None
+def _numbered_lines(text: str, position: list[int]) -> Iterator[str]:
+    # The parser reads its input line by line as it yields families; counting the lines handed
+    # to it tells which one it was reading when it raised (its messages name no line).
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        position[0] = line_no
+        yield line
 
 
 def parse_metrics(text: str) -> Metrics:
-    """Parse Prometheus text format (0.0.4).
+    """Parse Prometheus text format (0.0.4, what SGLang and the reference server answer by default).
 
     Args:
         text: the body of a `/metrics` response.
 
     Returns:
-        every sample in order of appearance.
+        every sample in order of appearance, values as floats. A counter typed without the
+        `_total` suffix is read under `name_total`, as prometheus_client names counter samples.
 
     Raises:
-        MetricsParseError: naming the first line that is neither a comment, blank nor a sample.
+        MetricsParseError: naming the first line prometheus_client's parser rejects and why.
     """
+    position = [0]
     samples: list[Sample] = []
-    for line_no, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        if not m:
-            raise MetricsParseError(f"line {line_no}: not a Prometheus sample: {raw!r}")
-        labels = _parse_labels(m.group("labels"), line_no) if m.group("labels") else {}
-        samples.append(Sample(m.group("name"), labels, _parse_value(m.group("value"), line_no)))
+    try:
+        for family in text_fd_to_metric_families(_numbered_lines(text, position)):  # type: ignore[arg-type]
+            samples += [Sample(s.name, dict(s.labels), float(s.value)) for s in family.samples]
+    except ValueError as err:
+        line_no = position[0]
+        raw = text.splitlines()[line_no - 1] if line_no else ""
+        reason = str(err) or "not valid Prometheus text"
+        raise MetricsParseError(f"line {line_no}: {reason}: {raw!r}") from None
     return Metrics(samples)
 
 

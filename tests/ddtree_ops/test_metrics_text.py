@@ -1,6 +1,11 @@
 import math
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from ddtree_ops.metrics_text import (
     GENERATION_TOKENS,
@@ -68,15 +73,18 @@ def test_gauges_average_over_series():
 
 
 @pytest.mark.parametrize(
-    "bad, where",
+    "bad, line_no",
     [
-        ("sglang:x{model_name=lab} 1", "line 1: malformed labels"),
-        ("ok 1\nsglang:x notanumber", "line 2: value 'notanumber'"),
-        ("ok 1\n\n{broken", "line 3: not a Prometheus sample"),
+        ("sglang:x{model_name=lab} 1", 1),  # label value not quoted
+        ("ok 1\nsglang:x notanumber", 2),
+        ("ok 1\n\n{broken", 3),
+        ('ok 1\nsglang:x{a="1",a="2"} 1', 2),  # one label twice
+        ("ok 1\n# TYPE sglang:x\n", 2),  # TYPE without a type
     ],
 )
-def test_malformed_lines_are_named(bad, where):
-    with pytest.raises(MetricsParseError, match=where):
+def test_malformed_lines_are_named(bad, line_no):
+    raw = bad.splitlines()[line_no - 1]
+    with pytest.raises(MetricsParseError, match=rf"^line {line_no}: .+: {re.escape(repr(raw))}$"):
         parse_metrics(bad)
 
 
@@ -136,3 +144,122 @@ def test_lifetime_acceptance_from_counters_then_the_gauge():
     assert accept_length_lifetime(parse_metrics(f"{SPEC_ACCEPT_LENGTH} 2.5\n")) == Acceptance(2.5, SOURCE_GAUGE)
     assert accept_length_lifetime(_snap(3, 0, 3, 0)) == Acceptance()  # no verify step yet
     assert accept_length_lifetime(parse_metrics("x 1\n")) == Acceptance()
+
+
+# ---- SGLang's own exposition ---------------------------------------------------------------
+# SGLang declares its metrics with prometheus_client (sglang/srt/metrics/collector.py): counters
+# named with `_total` and labelled by model and (newer releases) streaming, per-rank gauges
+# (multiprocess_mode="mostrecent"), histograms. Its /metrics is prometheus_client's ASGI app over
+# a MultiProcessCollector. These tests write such an exposition with the same library calls.
+
+MODEL = 'Qwen/Qwen3.5-27B "tree" \\ draft\nv2'  # a quote, a backslash and a newline to escape
+
+
+def _record_sglang_traffic(registry=None, ranks=(0, 1), tokenizer=True):
+    """Two finished requests as SGLang's tokenizer manager counts them, per-rank gauges as its schedulers set them.
+
+    Streaming: 40 tokens, 13 verify steps. Not streaming: 25 tokens, 8 steps. So (65 - 2) / 21 = 3.0.
+    Returns the tokenizer's counters by name (empty without `tokenizer`).
+    """
+    kw = {} if registry is None else {"registry": registry}
+    counters = {}
+    if tokenizer:
+        labels = ["model_name", "is_streaming"]
+        prompt = Counter("sglang:prompt_tokens_total", "Number of prefill tokens processed.", labels, **kw)
+        generated = Counter("sglang:generation_tokens_total", "Number of generation tokens processed.", labels, **kw)
+        requests = Counter("sglang:num_requests_total", "Number of requests processed.", labels, **kw)
+        verify = Counter("sglang:spec_verify_calls_total", "Number of speculative verify calls.", labels, **kw)
+        ttft = Histogram(
+            "sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", labels,
+            buckets=[0.1, 0.2, 0.4, 0.6, 0.8, 1, 2], **kw,
+        )  # fmt: skip
+        for streaming, tokens, steps, first in (("true", 40, 13, 0.15), ("false", 25, 8, 0.3)):
+            prompt.labels(MODEL, streaming).inc(11)
+            generated.labels(MODEL, streaming).inc(tokens)
+            requests.labels(MODEL, streaming).inc()
+            verify.labels(MODEL, streaming).inc(steps)
+            ttft.labels(MODEL, streaming).observe(first)
+        counters = {GENERATION_TOKENS: generated, NUM_REQUESTS: requests, SPEC_VERIFY_CALLS: verify}
+    gauge = Gauge(
+        "sglang:spec_accept_length", "The average acceptance length of speculative decoding.",
+        ["model_name", "tp_rank"], multiprocess_mode="mostrecent", **kw,
+    )  # fmt: skip
+    for rank in ranks:
+        gauge.labels(MODEL, str(rank)).set(2.9 + 0.2 * rank)
+    return counters
+
+
+def _assert_reads_sglang_traffic(m):
+    assert m.total(GENERATION_TOKENS) == 65.0 and m.total(NUM_REQUESTS) == 2.0 and m.total(SPEC_VERIFY_CALLS) == 21.0
+    assert {s.labels["is_streaming"] for s in m.samples if s.name == GENERATION_TOKENS} == {"true", "false"}
+    assert all(s.labels["model_name"] == MODEL for s in m.samples), "escaped label values come back as written"
+    assert m.mean(SPEC_ACCEPT_LENGTH) == pytest.approx(3.0)
+    assert m.total("sglang:time_to_first_token_seconds_count") == 2.0
+    buckets = {
+        (s.labels["is_streaming"], s.labels["le"]): s.value
+        for s in m.samples
+        if s.name == "sglang:time_to_first_token_seconds_bucket"
+    }  # cumulative: the streaming request's first token came at 0.15 s, the other's at 0.3 s
+    assert [buckets["true", le] for le in ("0.1", "0.2", "0.4", "+Inf")] == [0.0, 1.0, 1.0, 1.0]
+    assert [buckets["false", le] for le in ("0.1", "0.2", "0.4", "+Inf")] == [0.0, 0.0, 1.0, 1.0]
+    assert accept_length_lifetime(m) == Acceptance(63 / 21, SOURCE_TOKENS_MINUS_REQUESTS)
+
+
+def test_reads_an_sglang_exposition_with_created_series():
+    registry = CollectorRegistry()
+    _record_sglang_traffic(registry)
+    text = generate_latest(registry).decode()
+    assert "# TYPE sglang:generation_tokens_total counter" in text and "\\n" in text and '\\"tree\\"' in text
+    m = parse_metrics(text)
+    _assert_reads_sglang_traffic(m)
+    # Outside multiprocess mode every counter also writes `<name>_created` (a Unix time, ~1.7e9):
+    # its own series, never part of the counter's total.
+    created = [s for s in m.samples if s.name == "sglang:generation_tokens_created"]
+    assert len(created) == 2 and all(s.value > 1e9 for s in created)
+
+
+def test_an_sglang_delta_counts_only_the_traffic_between_scrapes():
+    registry = CollectorRegistry()
+    counters = _record_sglang_traffic(registry)
+    before = parse_metrics(generate_latest(registry).decode())
+    # One more streaming request: 9 tokens, 4 verify steps, so (9 - 1) / 4 = 2.0.
+    for name, value in ((GENERATION_TOKENS, 9), (NUM_REQUESTS, 1), (SPEC_VERIFY_CALLS, 4)):
+        counters[name].labels(MODEL, "true").inc(value)
+    after = parse_metrics(generate_latest(registry).decode())
+    assert accept_length_delta(before, after) == Acceptance(2.0, SOURCE_TOKENS_MINUS_REQUESTS)
+
+
+_MULTIPROCESS_WRITER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from test_metrics_text import _record_sglang_traffic
+role = sys.argv[2]
+_record_sglang_traffic(ranks=() if role == "tokenizer" else (int(role),), tokenizer=role == "tokenizer")
+"""
+_MULTIPROCESS_READER = """
+from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+registry = CollectorRegistry()
+multiprocess.MultiProcessCollector(registry)
+print(generate_latest(registry).decode(), end="")
+"""
+
+
+def test_reads_sglangs_multiprocess_exposition(tmp_path):
+    # As SGLang serves it: the tokenizer manager and one scheduler per rank write their metrics
+    # from their own processes into PROMETHEUS_MULTIPROC_DIR; /metrics merges them. No _created.
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    here = str(Path(__file__).parent)
+    for role in ("tokenizer", "0", "1"):
+        subprocess.run([sys.executable, "-c", _MULTIPROCESS_WRITER, here, role], env=env, check=True, timeout=60)
+    text = subprocess.run(
+        [sys.executable, "-c", _MULTIPROCESS_READER], env=env, check=True, capture_output=True, text=True, timeout=60
+    ).stdout
+    m = parse_metrics(text)
+    _assert_reads_sglang_traffic(m)
+    assert not [name for name in m.names() if name.endswith("_created")]
+
+
+def test_a_counter_typed_without_total_is_read_under_its_total_name():
+    # prometheus_client names every counter sample `<family>_total`; the names the tools read all end so.
+    m = parse_metrics("# TYPE sglang:old_style counter\nsglang:old_style 3\n")
+    assert m.names() == {"sglang:old_style_total"} and m.total("sglang:old_style_total") == 3.0

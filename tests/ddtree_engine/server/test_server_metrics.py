@@ -1,15 +1,21 @@
 import re
 import threading
 
+import prometheus_client
 import pytest
 from ddtree_engine.reference.engine import load_engine
 from ddtree_engine.reference.types import GenerationResult, SamplingParams, SpeculativeConfig, StepStats
 from ddtree_engine.server.metrics import (
+    ACCEPT_LENGTH_HELP,
     MetricsSnapshot,
     ServerMetrics,
     format_journal_line,
+    metrics_registry,
     render_prometheus,
 )
+from prometheus_client.parser import text_string_to_metric_families
+
+from ddtree_ops.metrics_text import parse_metrics
 
 
 def _result(steps, prompt_tokens=5):
@@ -19,13 +25,8 @@ def _result(steps, prompt_tokens=5):
 
 
 def _samples(text):
-    """{metric name: value} from Prometheus text (labels dropped)."""
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name_and_labels, value = line.rsplit(" ", 1)
-            out[name_and_labels.split("{", 1)[0]] = float(value)
-    return out
+    """{sample name: value} as prometheus_client's own parser reads the text (one series per metric here)."""
+    return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 def test_journal_line_has_the_format_operators_grep_for():
@@ -104,6 +105,63 @@ def test_prometheus_text_carries_every_metric_and_counters_only_grow():
     help_line = next(line for line in text.splitlines() if line.startswith("# HELP sglang:spec_accept_length "))
     assert "committed tokens per verify step" in help_line.lower() and "prefill's token excluded" in help_line
     assert "# TYPE ddtree:tree_nodes_total counter" in text
+
+
+# What the exposition must say, metric by metric: (sample name, type, HELP), in order. The names and
+# HELP texts are the contract with healthcheck/compare and with operators' dashboards.
+EXPECTED_FAMILIES = [
+    ("sglang:prompt_tokens_total", "counter", "Prompt tokens processed."),
+    ("sglang:generation_tokens_total", "counter", "Tokens generated (prefill token included)."),
+    ("sglang:num_requests_total", "counter", "Generation requests finished."),
+    ("sglang:spec_verify_calls_total", "counter", "Target verify forwards (one per step)."),
+    ("ddtree:tree_nodes_total", "counter", "Drafted nodes verified, roots excluded."),
+    ("ddtree:accepted_drafts_total", "counter", "Drafted tokens the target accepted."),
+    (
+        "ddtree:verify_committed_tokens_total",
+        "counter",
+        "Tokens committed by verify steps (accepted drafts + one bonus token each); the prefill's token excluded.",
+    ),
+    ("sglang:spec_accept_length", "gauge", ACCEPT_LENGTH_HELP),
+]
+
+
+def test_prometheus_clients_parser_reads_every_family_with_its_type_help_and_value():
+    snap = MetricsSnapshot(40, 120, 6, 30, 450, 84, 114)
+    families = list(text_string_to_metric_families(render_prometheus(snap, "lab")))
+    got = [(f.samples[0].name, f.type, f.documentation) for f in families]
+    assert got == EXPECTED_FAMILIES
+    assert all(len(f.samples) == 1 and f.samples[0].labels == {"model_name": "lab"} for f in families)
+    values = [f.samples[0].value for f in families]
+    assert values == [40.0, 120.0, 6.0, 30.0, 450.0, 84.0, 114.0, 114 / 30]
+    # No `*_created` series: SGLang's (multiprocess) exposition has none, and neither has this one.
+    assert not [f for f in families if f.samples[0].name.endswith("_created")]
+
+
+@pytest.mark.parametrize(
+    "model_name",
+    ['say "hi"', "back\\slash\\", "two\nlines", 'all "three" \\ at\nonce\\', "Qwen/Qwen3.5-27B"],
+)
+def test_label_values_round_trip_through_the_escaping(model_name):
+    text = render_prometheus(MetricsSnapshot(generation_tokens=3), model_name)
+    assert len(text.splitlines()) == 3 * len(EXPECTED_FAMILIES), "a newline in a label stays escaped on its line"
+    for family in text_string_to_metric_families(text):
+        assert family.samples[0].labels == {"model_name": model_name}
+    # ... and the control side's reader (ddtree_ops.metrics_text) agrees with prometheus_client's.
+    m = parse_metrics(text)
+    assert {s.labels["model_name"] for s in m.samples} == {model_name}
+    assert m.total("sglang:generation_tokens_total") == 3.0
+
+
+def test_each_registry_reads_its_own_metrics_and_the_global_one_stays_empty():
+    a = ServerMetrics(budget=15, log_interval=1000, log_sink=lambda _l: None)
+    b = ServerMetrics(budget=15, log_interval=1000, log_sink=lambda _l: None)
+    registry_a, registry_b = metrics_registry(a.snapshot, "a"), metrics_registry(b.snapshot, "b")
+    a.record(_result([StepStats(15, 2, 3)]))
+    # Values come from the snapshot at scrape time, not from when the registry was made.
+    assert _samples(prometheus_client.generate_latest(registry_a).decode())["sglang:generation_tokens_total"] == 4
+    assert _samples(prometheus_client.generate_latest(registry_b).decode())["sglang:generation_tokens_total"] == 0
+    global_text = prometheus_client.generate_latest(prometheus_client.REGISTRY).decode()
+    assert "sglang:" not in global_text and "ddtree:" not in global_text
 
 
 def test_concurrent_records_lose_nothing():
