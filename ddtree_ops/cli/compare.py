@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 
 from ..compare.prompts import load_prompts
-from ..compare.report import TABLE_COLUMNS, fmt, table_rows
+from ..compare.report import ACCEPT_FOOTNOTE, TABLE_COLUMNS, fmt, table_rows
 from ..compare.run import CompareReport, default_out_dir, run_compare, write_compare_files
 from ..exceptions import CheckFailed, ConfigError
 from .common import emit_json, json_option, project_from, say
@@ -31,7 +31,10 @@ def check_out_dir(path) -> Path:
 
 def _render(report: CompareReport, files: dict) -> None:
     s = report.settings
-    table = Table(title=f"ddtree compare: {s.baseline} vs {s.tree} ({s.runs} run(s), {s.max_tokens} max tokens, T=0)")
+    table = Table(
+        title=f"ddtree compare: {s.baseline} vs {s.tree} ({s.runs} run(s), {s.max_tokens} max tokens, T=0)",
+        caption=ACCEPT_FOOTNOTE,
+    )
     for col in TABLE_COLUMNS:
         table.add_column(col, justify="left" if col in ("host", "prompt") else "right")
     for row in table_rows(report.summaries):
@@ -53,9 +56,10 @@ def _render(report: CompareReport, files: dict) -> None:
 @click.option(
     "--prompts",
     "prompts_file",
-    type=click.Path(exists=True, dir_okay=False),
+    type=click.Path(dir_okay=False),
     default=None,
-    help="YAML/JSON list of prompts (strings, or {name, prompt}); default: the built-in set.",
+    help="A built-in set (builtin, heldout, heldout-templates, heldout-novel) or a YAML/JSON list of prompts "
+    "(strings, or {name, prompt}); default: builtin.",
 )
 @click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True, help="Measured runs per prompt per arm.")
 @click.option("--max-tokens", type=click.IntRange(min=2), default=128, show_default=True)

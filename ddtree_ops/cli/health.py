@@ -11,6 +11,7 @@ from rich.table import Table
 from ..compare.report import fmt
 from ..exceptions import CheckFailed
 from ..health.check import HealthReport, run_healthcheck
+from ..service.metrics_text import ACCEPT_DEFINITION
 from .common import emit_json, json_option, project_from, say, seams_from
 
 
@@ -26,7 +27,7 @@ def console():
 
 
 def _render(report: HealthReport) -> None:
-    table = Table(title="ddtree healthcheck")
+    table = Table(title="ddtree healthcheck", caption=f"accept len: {ACCEPT_DEFINITION} (lifetime, from /metrics)")
     for col in ("host", "service", "unit", "restarts", "env manifest", "health", "server_info", "generation", "accept len", "verdict"):
         table.add_column(col)
     for r in report.results:

@@ -1,4 +1,4 @@
-"""The prompts `compare` sends: a built-in set, or a YAML/JSON file of the operator's own."""
+"""The prompts `compare` sends: a built-in set (PROMPT_SETS), or a YAML/JSON file of the operator's own."""
 
 from __future__ import annotations
 
@@ -40,6 +40,64 @@ BUILTIN_PROMPTS: tuple[Prompt, ...] = (
     ),
     Prompt("prose", _user("Write a short paragraph about why the sea looks blue.")),
 )
+
+# The lab pair (training/corpus.py) was trained on prompts drawn from the same five templates as
+# BUILTIN_PROMPTS, and `code` and `prose` above occur in its corpus hundreds of times, so the
+# built-in set measures the lab pair in distribution. Two held-out sets measure it outside
+# (tests/ddtree_engine/test_lab_heldout.py regenerates the shipped corpus and checks both):
+#
+# - HELDOUT_TEMPLATE_PROMPTS: the corpus's own prompt templates with values its 40 000 samples
+#   never drew: number pairs, terms and JSON documents the generator can produce but did not,
+#   and function names or prose topics outside its closed lists;
+# - HELDOUT_NOVEL_PROMPTS: the same four kinds of task (code, arithmetic, structured output,
+#   prose) and a few others, worded so that no training template generates them.
+HELDOUT_TEMPLATE_PROMPTS: tuple[Prompt, ...] = (
+    Prompt("tmpl-code-new-fn", _user("Write a Python function min_value that returns the smallest number in a list.")),
+    Prompt(
+        "tmpl-code-new-desc", _user("Implement a Python function factorial that returns the factorial of n recursively.")
+    ),
+    Prompt("tmpl-arith-short", _user("What is 58+31? Answer with the number only.")),
+    Prompt("tmpl-arith-short-2", _user("What is 6+94? Answer with the number only.")),
+    Prompt("tmpl-arith-steps", _user("Compute 23 + 41 + 7 + 55 step by step, then give the total.")),
+    Prompt("tmpl-arith-steps-2", _user("Compute 14 + 59 + 33 step by step, then give the total.")),
+    Prompt(
+        "tmpl-json",
+        _user(
+            'Parse this JSON and return it with the age increased by one, as JSON only: '
+            '{"name": "Grace", "age": 52, "languages": ["de", "ja"]}'
+        ),
+    ),
+    Prompt(
+        "tmpl-json-new-name",
+        _user(
+            'Parse this JSON and return it with the age increased by one, as JSON only: '
+            '{"name": "Tim", "age": 29, "languages": ["en", "nl"]}'
+        ),
+    ),
+    Prompt("tmpl-prose-moon", _user("Write a short paragraph about why the moon changes shape.")),
+    Prompt("tmpl-prose-dogs", _user("Write a short paragraph about why dogs wag their tails.")),
+)
+
+HELDOUT_NOVEL_PROMPTS: tuple[Prompt, ...] = (
+    Prompt("novel-code-js", _user("Write a JavaScript function that reverses a string.")),
+    Prompt("novel-code-sql", _user("Write a SQL query that returns all users older than 30.")),
+    Prompt("novel-arith-times", _user("What is 12 times 7?")),
+    Prompt("novel-arith-primes", _user("List three prime numbers greater than 50.")),
+    Prompt("novel-json-book", _user("Give me a JSON object describing a book with a title and an author.")),
+    Prompt("novel-json-csv", _user("Convert this CSV row to JSON: name,age,city / Bob,41,Lyon")),
+    Prompt("novel-prose-hash", _user("Explain in two sentences what a hash table is.")),
+    Prompt("novel-prose-haiku", _user("Write a haiku about autumn leaves.")),
+    Prompt("novel-translate", _user("Translate 'good morning' into French.")),
+    Prompt("novel-summary", _user("Summarise the plot of Romeo and Juliet in one sentence.")),
+)
+
+# The sets `load_prompts` knows by name. "heldout" is both held-out sets, templates first.
+PROMPT_SETS: dict[str, tuple[Prompt, ...]] = {
+    "builtin": BUILTIN_PROMPTS,
+    "heldout-templates": HELDOUT_TEMPLATE_PROMPTS,
+    "heldout-novel": HELDOUT_NOVEL_PROMPTS,
+    "heldout": HELDOUT_TEMPLATE_PROMPTS + HELDOUT_NOVEL_PROMPTS,
+}
 
 _NAME_OK = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -95,14 +153,30 @@ def parse_prompts(data: object, source: str) -> list[Prompt]:
 
 
 def load_prompts(path: str | Path | None) -> list[Prompt]:
-    """The built-in set when `path` is None, else the prompts in a YAML or JSON file."""
+    """The prompts `compare` sends.
+
+    Args:
+        path: None for the built-in set; a set name from PROMPT_SETS ("builtin", "heldout",
+            "heldout-templates", "heldout-novel"), which wins over a file of the same name
+            (write "./heldout" for the file); else a YAML or JSON file (see parse_prompts).
+
+    Returns:
+        The prompts, in order.
+
+    Raises:
+        ConfigError: the file cannot be read or parsed, or its items are invalid.
+    """
     if path is None:
         return list(BUILTIN_PROMPTS)
+    if isinstance(path, str) and path in PROMPT_SETS:
+        return list(PROMPT_SETS[path])
     p = Path(path)
     try:
         text = p.read_text()
     except OSError as err:
-        raise ConfigError(f"cannot read prompts file {p}: {err.strerror}") from None
+        raise ConfigError(
+            f"cannot read prompts file {p}: {err.strerror} (built-in sets: {', '.join(PROMPT_SETS)})"
+        ) from None
     try:
         data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as err:

@@ -13,6 +13,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Protocol, Sequence
 
+from ..service.metrics_text import ACCEPT_DEFINITION
+
+# Printed under every compare table (terminal and Markdown): which acceptance the columns show.
+ACCEPT_FOOTNOTE = f"{ACCEPT_DEFINITION} (from /metrics counter deltas around each run; median over runs)"
+
 
 class RunLike(Protocol):
     """What the maths needs from one measured request (compare.RunResult has these)."""
@@ -85,7 +90,7 @@ class ArmStats:
     errors: int
     decode_tps: float | None  # median over runs
     ttft_s: float | None  # median
-    accept_length: float | None  # median of per-run Δtokens ÷ Δverify calls
+    accept_length: float | None  # median of per-run Δcommitted-by-verify tokens ÷ Δverify calls
     completion_tokens: float | None  # median
 
 
@@ -254,6 +259,7 @@ def render_markdown(doc: dict[str, Any], summaries: Sequence[PromptSummary], tot
         "|" + "|".join("---" for _ in TABLE_COLUMNS) + "|",
     ]
     lines += ["| " + " | ".join(row) + " |" for row in table_rows(summaries)]
+    lines += ["", ACCEPT_FOOTNOTE]
     lines += ["", "## Geometric-mean speedup (tree ÷ baseline decode tokens/s)", ""]
     for host, value in total.host_speedup.items():
         lines.append(f"- {host}: {fmt(value, 2, 'x')}")

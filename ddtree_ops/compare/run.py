@@ -3,8 +3,10 @@
 Measured the way that survives scrutiny: a warm-up per service first; arms alternate run by run
 (so drift hits both); temperature 0 and identical request bodies on both arms; token counts
 only from the server's `usage` (stream chunks are not tokens); acceptance from `/metrics`
-counter deltas around each run (the lifetime gauge would mix in earlier traffic); and at
-temperature 0 both arms must produce identical output (the lossless check).
+counter deltas around each run (the lifetime gauge would mix in earlier traffic), as committed
+tokens per verify step with the prefill's token excluded (ACCEPT_DEFINITION; counting it would
+favour the arm with fewer steps); and at temperature 0 both arms must produce identical output
+(the lossless check).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from ..progress import Progress, silent
 from ..config import Host, Project, Service
 from ..exceptions import ConfigError
 from ..service.client import ServiceClient, service_url
-from ..service.metrics_text import GENERATION_TOKENS, accept_length_delta, counter_delta
+from ..service.metrics_text import ACCEPT_DEFINITION, GENERATION_TOKENS, accept_length_delta, counter_delta
 from .prompts import Prompt
 from .report import PromptSummary, Totals, decode_tokens_per_s, summarize_prompt, totals, write_report_files
 
@@ -43,9 +45,11 @@ class RunResult:
     e2e_s: float | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None  # from `usage`
-    accept_length: float | None = None  # Δ generation tokens ÷ Δ verify calls around this run
+    accept_length: float | None = None  # Δ tokens committed by verify steps ÷ Δ verify calls around this run
+    accept_source: str | None = None  # metrics_text.SOURCE_*: which counters gave accept_length
     generation_tokens_delta: float | None = None  # Δ sglang:generation_tokens_total
     server_verify_steps: int | None = None  # the server's own per-request count, when it sends one
+    server_committed_tokens: int | None = None  # Σ the server's per-step committed counts, when it sends them
     content_chunks: int = 0
     finish_reason: str | None = None
     text: str = ""
@@ -84,6 +88,7 @@ class CompareReport:
         return {
             "ok": self.ok,
             "started_at": self.started_at,
+            "accept_definition": ACCEPT_DEFINITION,
             "settings": asdict(self.settings),
             "totals": asdict(self.totals),
             "prompts": [asdict(s) for s in self.summaries],
@@ -143,11 +148,15 @@ def measure_run(
     result.prompt_tokens = streamed.prompt_tokens
     result.completion_tokens = streamed.completion_tokens
     result.decode_tps = decode_tokens_per_s(streamed.completion_tokens, streamed.t_first_content, streamed.t_last_content)
-    result.accept_length = accept_length_delta(before, after)
+    acceptance = accept_length_delta(before, after)
+    result.accept_length, result.accept_source = acceptance.value, acceptance.source
     result.generation_tokens_delta = counter_delta(before, after, GENERATION_TOKENS)
     result.content_chunks = streamed.content_chunks
     steps = streamed.extra.get("verify_steps")
     result.server_verify_steps = steps if isinstance(steps, int) else None
+    per_step = streamed.extra.get("accepted_per_step")  # tokens committed by each verify step
+    if isinstance(per_step, list) and all(isinstance(n, int) for n in per_step):
+        result.server_committed_tokens = sum(per_step)
     result.finish_reason = streamed.finish_reason
     result.text = streamed.text
     result.token_ids = streamed.token_ids

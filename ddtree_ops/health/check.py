@@ -2,7 +2,10 @@
 
 Per host and service, in parallel: the systemd unit (state and restart count, over SSH), the ABI
 manifest stored beside the host's engine environment, `/health`, `/server_info` against what was
-deployed, a short greedy generation, and the acceptance gauge from `/metrics`. Every problem is collected (not raised) so one report shows all of them.
+deployed, a short greedy generation, and the service's lifetime acceptance from `/metrics`
+(ACCEPT_DEFINITION: committed tokens per verify step, prefill excluded; see
+`metrics_text.accept_length_lifetime` for the counters it reads and its fallbacks). Every problem
+is collected (not raised) so one report shows all of them.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from ..hosts.ssh import SSH, Transport
 from ..provision.manifest import EnvVerdict, read_env_verdict
 from ..service import server_info
 from ..service.client import ServiceClient, service_url
-from ..service.metrics_text import GENERATION_TOKENS, SPEC_ACCEPT_LENGTH, MetricsParseError
+from ..service.metrics_text import ACCEPT_DEFINITION, GENERATION_TOKENS, MetricsParseError, accept_length_lifetime
 
 GENERATION_PROMPT = "The capital of France is"
 GENERATION_MAX_TOKENS = 8
@@ -43,7 +46,8 @@ class ServiceHealth:
     info_mismatches: list[str] = field(default_factory=list)
     generation_text: str | None = None
     generation_tokens: int | None = None
-    accept_length: float | None = None
+    accept_length: float | None = None  # lifetime committed tokens per verify step, prefill excluded
+    accept_source: str | None = None  # metrics_text.SOURCE_*: which counters it came from
     failures: list[str] = field(default_factory=list)  # "check: what is wrong"
     warnings: list[str] = field(default_factory=list)
 
@@ -79,6 +83,7 @@ class HealthReport:
         return {
             "ok": self.ok,
             "systemd_checked": self.systemd_checked,
+            "accept_definition": ACCEPT_DEFINITION,
             "manifests": {host: verdict.to_dict() for host, verdict in self.manifests().items()},
             "services": [r.to_dict() for r in self.results],
             "failures": self.failures(),
@@ -161,6 +166,7 @@ class HttpFacts:
     accept_length: float | None = None
     generation_tokens_total: float | None = None
     failures: list[str] = field(default_factory=list)
+    accept_source: str | None = None
 
 
 def probe_http(url: str, timeout_s: float = 30.0) -> HttpFacts:
@@ -191,7 +197,8 @@ def probe_http(url: str, timeout_s: float = 30.0) -> HttpFacts:
         try:
             metrics = client.metrics()
             facts.generation_tokens_total = metrics.total(GENERATION_TOKENS)
-            facts.accept_length = metrics.mean(SPEC_ACCEPT_LENGTH)
+            acceptance = accept_length_lifetime(metrics)
+            facts.accept_length, facts.accept_source = acceptance.value, acceptance.source
             if facts.generation_tokens_total is None:
                 facts.failures.append(f"metrics: {url}/metrics has no {GENERATION_TOKENS}")
         except (httpx.HTTPError, ValueError, MetricsParseError) as err:
@@ -263,7 +270,7 @@ def evaluate(
     text, tokens, gen_failures = _generation_failures(http.generation)
     result.generation_text, result.generation_tokens = text, tokens
     result.failures += gen_failures
-    result.accept_length = http.accept_length
+    result.accept_length, result.accept_source = http.accept_length, http.accept_source
     return result
 
 

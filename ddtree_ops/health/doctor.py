@@ -21,6 +21,9 @@ from dataclasses import asdict, dataclass
 from importlib.metadata import version as dist_version
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
 from ..config import Host, Project
 from ..exceptions import DdtreeOpsError, HostError
 from ..hosts.layout import ENVS_DIR, env_dir, image_record_dir
@@ -262,33 +265,128 @@ _LIST_DISTS = (
     "import importlib.metadata as m, json; "
     "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
 )
+# Installer tooling pip leaves in every venv; never part of a lock, so never an "extra".
+_TOOLING = frozenset({"pip", "setuptools", "wheel"})
+_SHOWN = 10  # items listed per kind before "(+N more)": a detail line stays readable
 
 
-def _canon(name: str) -> str:
-    return name.lower().replace("_", "-").replace(".", "-")
+@dataclass(frozen=True)
+class Drift:
+    """How an env's installed distributions differ from its lock's pins (names canonical, PEP 503).
+
+    Each entry is `(name, installed, pinned)`; `installed` is None for a missing package, `pinned`
+    is None for an extra one.
+    """
+
+    missing: tuple[tuple[str, None, str], ...] = ()
+    wrong_version: tuple[tuple[str, str, str], ...] = ()
+    wrong_build: tuple[tuple[str, str, str], ...] = ()
+    extra: tuple[tuple[str, str, None], ...] = ()
+    matched: int = 0  # pinned packages installed at exactly their pinned version and build
+
+    @property
+    def differs(self) -> bool:
+        """True when a pinned package is missing or not the pinned version and build (extras do not count)."""
+        return bool(self.missing or self.wrong_version or self.wrong_build)
+
+
+def compare_versions(installed: str, pinned: str) -> str:
+    """How one installed version stands against its pin.
+
+    A pin with a local version (`2.9.1+cu130`) names one build: the installed version must equal it,
+    local part included (`2.9.1+cu128` is another CUDA build, whose compiled kernels need another
+    toolkit and driver). A pin without a local version (`3.20.0`) names a release: any local build of
+    that release matches (`3.20.0+local`), as pip's `==3.20.0` would accept it.
+
+    Args:
+        installed: the version the env's metadata reports.
+        pinned: the version after `==` in the lock.
+    Returns:
+        "ok", "wrong version" (the release differs) or "wrong build" (same release, other local version).
+    """
+    try:
+        have, want = Version(installed), Version(pinned)
+    except InvalidVersion:
+        # Not PEP 440 (a hand-made install): nothing to parse, so only identical strings match.
+        return "ok" if installed == pinned else "wrong version"
+    if Version(have.public) != Version(want.public):
+        return "wrong version"
+    if want.local is not None and have.local != want.local:
+        return "wrong build"
+    return "ok"
+
+
+def compare_to_lock(installed: dict[str, str], pins: dict[str, str]) -> Drift:
+    """Sort every pinned and installed distribution into missing, wrong version, wrong build and extra.
+
+    Args:
+        installed: {distribution name: version} read from the env (any spelling of the names).
+        pins: {distribution name: version} of the lock's `name==version` lines.
+    Returns:
+        a Drift, each kind sorted by name.
+    """
+    have = {canonicalize_name(k): v for k, v in installed.items()}
+    want = {canonicalize_name(k): v for k, v in pins.items()}
+    kinds: dict[str, list] = {"ok": [], "missing": [], "wrong version": [], "wrong build": []}
+    for name, pinned in sorted(want.items()):
+        version = have.get(name)
+        if version is None:
+            kinds["missing"].append((name, None, pinned))
+            continue
+        kinds[compare_versions(version, pinned)].append((name, version, pinned))
+    extra = tuple((name, have[name], None) for name in sorted(set(have) - set(want) - _TOOLING))
+    return Drift(tuple(kinds["missing"]), tuple(kinds["wrong version"]), tuple(kinds["wrong build"]), extra, len(kinds["ok"]))
+
+
+def _listed(items: list[str]) -> str:
+    more = f" (+{len(items) - _SHOWN} more)" if len(items) > _SHOWN else ""
+    return ", ".join(items[:_SHOWN]) + more
+
+
+def drift_verdict(host_name: str, env: str, drift: Drift, extras_matter: bool) -> Check:
+    """The drift row of one host from a Drift.
+
+    A missing package, another version or another build of a pinned package fails (exit 1): the env
+    is no longer the one its lock names and whose manifest was verified. A package outside the lock
+    warns (exit 0): every pinned package is still exactly what the lock says, so what was verified
+    still holds, but someone installed into an env meant to be immutable and the extra can shadow or
+    add behaviour (an entry point, a plugin); provision builds a fresh env without it.
+
+    Args:
+        host_name: the host's name (the row's scope).
+        env: the env's path on the host, named in the detail.
+        drift: what `compare_to_lock` found.
+        extras_matter: whether the lock lists every package of the env (then an extra is drift).
+    Returns:
+        a Check named "drift": fail, warn or ok, its detail naming each package and both versions.
+    """
+    parts = []
+    if drift.missing:
+        parts.append("missing: " + _listed([f"{n} (lock pins {p})" for n, _, p in drift.missing]))
+    if drift.wrong_version:
+        parts.append("wrong version: " + _listed([f"{n} {h} installed, lock pins {p}" for n, h, p in drift.wrong_version]))
+    if drift.wrong_build:
+        parts.append("wrong build: " + _listed([f"{n} {h} installed, lock pins {p}" for n, h, p in drift.wrong_build]))
+    extras = _listed([f"{n} {h}" for n, h, _ in drift.extra]) if extras_matter and drift.extra else ""
+    if drift.differs:
+        tail = f"; outside the lock: {extras}" if extras else ""
+        return Check(host_name, "drift", "fail", f"{env} differs from its lock: " + "; ".join(parts) + tail)
+    if extras:
+        return Check(host_name, "drift", "warn", f"{env} has packages outside its lock: {extras}")
+    return Check(host_name, "drift", "ok", f"{env}: {drift.matched} pinned packages match")
 
 
 def drift_check(host: Host, env: str, lock, connect_timeout_s: int, transport: Transport = SSH) -> Check:
-    """What the env on the host has that differs from its lock (missing, other versions, extras)."""
+    """What the env on the host has that differs from its lock (missing, other versions or builds, extras)."""
     proc = transport.call(host, f"{shlex.quote(env + '/bin/python')} -c {shlex.quote(_LIST_DISTS)}", timeout_s=60, connect_timeout_s=connect_timeout_s)
     if proc.returncode != 0:
         return Check(host.name, "drift", "fail", f"cannot list {env}'s packages: {proc.stderr.strip()[-300:]}")
-    installed = {_canon(k): v for k, v in json.loads(proc.stdout).items()}
-    pins = {_canon(k): v for k, v in lock.pinned().items()}
-    differ = []
-    for name, want in sorted(pins.items()):
-        have = installed.get(name)
-        if have is None:
-            differ.append(f"{name} missing (lock {want})")
-        elif have.split("+")[0] != want.split("+")[0] and have != want:
-            differ.append(f"{name} {have} (lock {want})")
-    tooling = {"pip", "setuptools", "wheel"}
-    extra = sorted(set(installed) - set(pins) - tooling)
-    if differ:
-        return Check(host.name, "drift", "fail", f"{env} differs from its lock: " + "; ".join(differ[:10]))
-    if extra and len(pins) > 0 and lock.warns_on_extra_packages:
-        return Check(host.name, "drift", "warn", f"{env} has packages outside its lock: {', '.join(extra[:10])}")
-    return Check(host.name, "drift", "ok", f"{len(pins)} pinned packages match")
+    pins = lock.pinned()
+    # A reference lock lists every wheel the resolver downloaded, so the env holds exactly its pins and
+    # an extra is drift. An sglang lock's pins are a constraints file: they bound versions but do not
+    # enumerate the env, so extras say nothing (the lock says which through warns_on_extra_packages).
+    extras_matter = bool(pins) and lock.warns_on_extra_packages
+    return drift_verdict(host.name, env, compare_to_lock(json.loads(proc.stdout), pins), extras_matter)
 
 
 # ---- the whole preflight ------------------------------------------------------------------------

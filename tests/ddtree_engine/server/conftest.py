@@ -7,6 +7,7 @@ import json
 import pytest
 from ddtree_engine.reference.engine import load_engine
 from ddtree_engine.reference.types import SpeculativeConfig
+from prometheus_client.parser import text_string_to_metric_families
 
 BUDGET, TOPK = 15, 8
 
@@ -38,13 +39,8 @@ def sse_events(body: str) -> list:
 
 
 def metric_values(text: str) -> dict[str, float]:
-    """{metric name: value} from Prometheus text, labels dropped (one series per metric here)."""
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name_and_labels, value = line.rsplit(" ", 1)
-            out[name_and_labels.split("{", 1)[0]] = float(value)
-    return out
+    """{sample name: value} as prometheus_client's own parser reads the text (one series per metric here)."""
+    return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 # Test modules run under --import-mode=importlib and cannot import this file: hand out the helpers.

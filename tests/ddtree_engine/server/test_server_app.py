@@ -11,6 +11,8 @@ from ddtree_engine.reference.engine import load_engine
 from ddtree_engine.reference.types import SamplingParams, SpeculativeConfig
 from ddtree_engine.server import ServerSettings, create_app
 from fastapi.testclient import TestClient
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
+from prometheus_client.parser import text_string_to_metric_families
 
 PROMPT = "The quick brown fox"
 
@@ -265,8 +267,11 @@ def test_metrics_grow_by_exactly_the_request_and_journal_lines_follow_steps(clie
     assert delta("sglang:spec_verify_calls_total") == stats["verify_steps"]
     assert delta("ddtree:tree_nodes_total") == sum(stats["tree_nodes_per_step"])
     assert delta("ddtree:accepted_drafts_total") == sum(stats["accepted_drafts_per_step"])
+    assert delta("ddtree:verify_committed_tokens_total") == sum(stats["accepted_per_step"])
+    # Acceptance excludes each request's prefill token: (generated - requests) / verify steps.
     assert after["sglang:spec_accept_length"] == pytest.approx(
-        after["sglang:generation_tokens_total"] / after["sglang:spec_verify_calls_total"]
+        (after["sglang:generation_tokens_total"] - after["sglang:num_requests_total"])
+        / after["sglang:spec_verify_calls_total"]
     )
     new_lines = journal[lines_before:]
     assert len(new_lines) == stats["verify_steps"]  # interval 1: one line per verify step
@@ -275,6 +280,31 @@ def test_metrics_grow_by_exactly_the_request_and_journal_lines_follow_steps(clie
         f"avg_commit_len={stats['accepted_per_step'][0]:.2f} "
         f"avg_accepted_depth={stats['accepted_drafts_per_step'][0]:.2f}"
     )
+
+
+def test_metrics_answer_as_prometheus_clients_asgi_app_does(client, server_engine):
+    complete(client)
+    # Nothing asked for: text 0.0.4, the format SGLang's /metrics answers curl and httpx with.
+    r = client.get("/metrics")
+    assert r.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    text_families = {f.name: f for f in text_string_to_metric_families(r.text)}
+    # A scraper that asks for OpenMetrics (Prometheus does) gets it, with the same samples. Compared
+    # with ':' read as '_': with `escaping=underscores` prometheus_client 0.26 writes sample names
+    # with '_' but HELP/TYPE with ':' (prometheus/client_python#1177), as SGLang's /metrics does.
+    r = client.get("/metrics", headers={"accept": "application/openmetrics-text; version=1.0.0"})
+    assert r.headers["content-type"].startswith("application/openmetrics-text; version=1.0.0")
+    assert r.text.endswith("# EOF\n")
+
+    def samples(families):
+        return sorted((s.name.replace(":", "_"), s.labels, s.value) for f in families for s in f.samples)
+
+    assert samples(openmetrics_families(r.text)) == samples(text_families.values())
+    # Each app has its own registry: a second app in this process reads its own (zero) counters.
+    other = TestClient(create_app(server_engine, ServerSettings(served_model_name="other")))  # no lifespan: never warms
+    theirs = {s.name: s for f in text_string_to_metric_families(other.get("/metrics").text) for s in f.samples}
+    ours = {s.name: s for f in text_families.values() for s in f.samples}
+    assert ours["sglang:num_requests_total"].value >= 1 and ours["sglang:num_requests_total"].labels == {"model_name": "tiny"}
+    assert theirs["sglang:num_requests_total"].value == 0 and theirs["sglang:num_requests_total"].labels == {"model_name": "other"}
 
 
 def test_concurrent_requests_are_serialised_and_each_gets_its_own_tokens(client):

@@ -43,7 +43,8 @@ def _invoke(project_path, *args):
         (["--tree", "ghost"], "unknown service 'ghost'"),
         (["--hosts", "h9"], "unknown host 'h9'"),
         (["--tree", "only-h2", "--hosts", "h1"], "--hosts: h1 do(es) not run both 'baseline' and 'only-h2'"),
-        (["--prompts", "/nonexistent/p.yaml"], "does not exist"),
+        (["--prompts", "/nonexistent/p.yaml"], "cannot read prompts file"),
+        (["--prompts", "held-out"], "built-in sets:"),
         (["--timeout", "-1"], "Invalid value for '--timeout'"),
     ],
 )

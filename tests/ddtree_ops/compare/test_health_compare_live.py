@@ -1,7 +1,7 @@
 """healthcheck (HTTP checks) and compare against real `ddtree-engine serve` processes on localhost.
 
-Three servers over tiny random pairs: `baseline` (dflash) and `tree` (ddtree, budget 15, topk 8)
-over the same pair, and `impostor`, a dflash server over a *different* pair that the project
+Four servers over tiny random pairs: `baseline` (dflash), `tree` (ddtree, budget 15, topk 8) and
+`ar` over the same pair, and `impostor`, a dflash server over a *different* pair that the project
 file calls `ar` — so the lossless check and the server_info check have something real to catch.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -24,6 +25,7 @@ from ddtree_ops.cli import cli
 from ddtree_ops.compare.run import run_compare
 from ddtree_ops.config import load_project
 from ddtree_ops.health.check import run_healthcheck
+from ddtree_ops.service.metrics_text import GENERATION_TOKENS, NUM_REQUESTS, SPEC_VERIFY_CALLS, parse_metrics
 from ddtree_ops.compare.prompts import BUILTIN_PROMPTS
 
 REPO = Path(__file__).resolve().parents[3]
@@ -58,6 +60,7 @@ def fleet(tmp_path_factory):
     specs = {
         "baseline": ("pair0", ["--algorithm", "dflash"]),
         "tree": ("pair0", ["--algorithm", "ddtree", "--budget", "15", "--topk", "8"]),
+        "ar": ("pair0", ["--algorithm", "ar"]),
         "impostor": ("pair1", ["--algorithm", "dflash"]),
     }
     procs, ports = [], {}
@@ -105,6 +108,7 @@ def write_project(fleet, path: Path, tree_budget: int = 15) -> Path:
         "services": [
             {"name": "baseline", "algorithm": "dflash", "port": ports["baseline"]},
             {"name": "tree", "algorithm": "ddtree", "budget": tree_budget, "topk": 8, "port": ports["tree"]},
+            {"name": "ar", "algorithm": "ar", "port": ports["ar"]},
             {"name": "impostor", "algorithm": "ar", "port": ports["impostor"]},
         ],
     }
@@ -117,13 +121,19 @@ def write_project(fleet, path: Path, tree_budget: int = 15) -> Path:
 
 def test_healthcheck_http_checks_pass(fleet, tmp_path):
     project = load_project(write_project(fleet, tmp_path / "ddtree.yaml"))
-    report = run_healthcheck(project, service_names=["baseline", "tree"], check_systemd=False)
+    report = run_healthcheck(project, service_names=["baseline", "tree", "ar"], check_systemd=False)
     assert report.ok, report.failures()
     by_name = {r.service: r for r in report.results}
     assert by_name["tree"].info["speculative_ddtree_budget"] == 15
     assert by_name["tree"].generation_tokens == 8
-    # The generation went through the speculative path, so the acceptance gauge exists and is >= 1.
-    assert by_name["tree"].accept_length >= 1.0 and by_name["baseline"].accept_length >= 1.0
+    # ar commits exactly one token per verify step, whatever traffic the server saw before.
+    assert by_name["ar"].accept_length == 1.0 and by_name["ar"].accept_source == "verify_committed_tokens"
+    # The speculative arms: lifetime committed tokens per verify step, read back here from the
+    # token and request counters instead (each request's first token is its prefill's, not a step's).
+    for name in ("baseline", "tree"):
+        m = parse_metrics(httpx.get(f"http://127.0.0.1:{fleet['ports'][name]}/metrics").text)
+        committed = m.total(GENERATION_TOKENS) - m.total(NUM_REQUESTS)
+        assert by_name[name].accept_length == pytest.approx(committed / m.total(SPEC_VERIFY_CALLS)), name
 
 
 def test_healthcheck_names_a_service_not_configured_as_deployed(fleet, tmp_path):
@@ -160,11 +170,32 @@ def test_compare_library(fleet, tmp_path):
         # Token counts are usage's, and usage agrees with the ids and the /metrics delta.
         assert r.completion_tokens == len(r.token_ids) == r.generation_tokens_delta
         assert 1 <= r.completion_tokens <= 24
-        # Acceptance from counter deltas equals the server's own count for this request.
-        assert r.accept_length == pytest.approx(r.completion_tokens / r.server_verify_steps)
+        # Acceptance from counter deltas equals this request's own step records (the `ddtree` field),
+        # which commit every token but the prefill's.
+        assert r.server_committed_tokens == r.completion_tokens - 1
+        assert r.accept_length == pytest.approx(r.server_committed_tokens / r.server_verify_steps)
         assert r.ttft_s > 0 and r.error is None
     assert [s.lossless.ok for s in report.summaries] == [True, True]
     assert all("token for token" in s.lossless.detail for s in report.summaries)
+
+
+def test_compare_acceptance_against_ar(fleet, tmp_path):
+    project = load_project(write_project(fleet, tmp_path / "ddtree.yaml"))
+    prompts = [p for p in BUILTIN_PROMPTS if p.name == "code"]
+    report = run_compare(project, prompts, baseline="ar", tree="tree", runs=2, max_tokens=16)
+    assert report.ok, report.failures
+    ar_runs = [r for r in report.runs if r.arm == "baseline"]
+    tree_runs = [r for r in report.runs if r.arm == "tree"]
+    # ar: n tokens = the prefill's + n - 1 one-token verify steps, so exactly 1.0 (n / (n - 1) counted the prefill's).
+    for r in ar_runs:
+        assert r.completion_tokens >= 3 and r.server_verify_steps == r.completion_tokens - 1
+        assert r.accept_length == 1.0
+    assert report.summaries[0].baseline.accept_length == 1.0
+    for r in tree_runs:
+        assert r.accept_length == pytest.approx(r.server_committed_tokens / r.server_verify_steps)
+    assert report.summaries[0].tree.accept_length == pytest.approx(
+        statistics.median(r.server_committed_tokens / r.server_verify_steps for r in tree_runs)
+    )
 
 
 def test_compare_cli_writes_files(fleet, tmp_path):
@@ -178,10 +209,14 @@ def test_compare_cli_writes_files(fleet, tmp_path):
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["ok"] and doc["settings"]["runs"] == 1
+    assert doc["accept_definition"] == "accept = committed tokens per verify step, prefill excluded"
+    assert {run["accept_source"] for run in doc["runs"]} == {"verify_committed_tokens"}
     assert [p["name"] for p in doc["settings"]["prompts"]] == [p.name for p in BUILTIN_PROMPTS]
     assert all(p["lossless"]["ok"] for p in doc["prompts"])
     assert json.loads((out / "compare.json").read_text())["totals"] == doc["totals"]
-    assert "| local | code |" in (out / "compare.md").read_text()
+    markdown = (out / "compare.md").read_text()
+    assert "| local | code |" in markdown
+    assert "\naccept = committed tokens per verify step, prefill excluded" in markdown
     assert (out / "compare.png").read_bytes()[:4] == b"\x89PNG"
 
     table = CliRunner().invoke(
@@ -190,6 +225,7 @@ def test_compare_cli_writes_files(fleet, tmp_path):
     )
     assert table.exit_code == 0, table.output
     assert "geomean speedup overall" in table.stdout and "✓" in table.stdout
+    assert "accept = committed tokens per verify step, prefill excluded" in table.stdout
 
 
 def test_compare_catches_a_lossy_arm(fleet, tmp_path):

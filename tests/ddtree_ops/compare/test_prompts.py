@@ -3,7 +3,14 @@ import json
 import pytest
 
 from ddtree_ops.exceptions import ConfigError
-from ddtree_ops.compare.prompts import BUILTIN_PROMPTS, load_prompts, parse_prompts
+from ddtree_ops.compare.prompts import (
+    BUILTIN_PROMPTS,
+    HELDOUT_NOVEL_PROMPTS,
+    HELDOUT_TEMPLATE_PROMPTS,
+    PROMPT_SETS,
+    load_prompts,
+    parse_prompts,
+)
 
 
 def test_builtin_set_covers_what_operators_test():
@@ -54,3 +61,25 @@ def test_unparsable_and_missing_files(tmp_path):
         load_prompts(f)
     with pytest.raises(ConfigError, match="cannot read prompts file"):
         load_prompts(tmp_path / "nope.yaml")
+
+
+def test_builtin_sets_by_name(tmp_path, monkeypatch):
+    assert load_prompts("builtin") == list(BUILTIN_PROMPTS)
+    assert load_prompts("heldout-templates") == list(HELDOUT_TEMPLATE_PROMPTS)
+    assert load_prompts("heldout-novel") == list(HELDOUT_NOVEL_PROMPTS)
+    heldout = load_prompts("heldout")
+    assert heldout == list(HELDOUT_TEMPLATE_PROMPTS + HELDOUT_NOVEL_PROMPTS)
+    assert len({p.name for p in heldout}) == len(heldout) >= 10
+    assert all(len(p.messages) == 1 and p.messages[0]["role"] == "user" for p in heldout)
+    # A set name means the set even beside a file of that name; "./heldout" reaches the file.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "heldout").write_text("- mine\n")
+    assert load_prompts("heldout") == heldout
+    assert [p.messages[0]["content"] for p in load_prompts("./heldout")] == ["mine"]
+
+
+def test_unknown_name_lists_the_sets(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    sets = ", ".join(PROMPT_SETS)
+    with pytest.raises(ConfigError, match=f"cannot read prompts file held-out: .*built-in sets: {sets}"):
+        load_prompts("held-out")

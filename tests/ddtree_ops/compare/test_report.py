@@ -122,6 +122,10 @@ def test_table_and_markdown():
     assert "| h1 | code | 10.0 | 25.0 | 2.50x |" in md
     assert "**overall: 1.58x**" in md
     assert "h1 / json: tree run 0 differs" in md
+    # The report says which acceptance its accept columns hold, right under the table.
+    table_end = md.index("| h1 | json |")
+    footnote = md[table_end:].split("\n")[2]
+    assert footnote.startswith("accept = committed tokens per verify step, prefill excluded")
 
 
 def test_write_report_files(tmp_path):

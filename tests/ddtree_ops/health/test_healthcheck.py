@@ -204,6 +204,15 @@ def test_evaluate_all_good_and_each_failure():
     assert unreachable.failures == ["ssh: host h1 is unreachable"]
 
 
+def test_the_health_document_says_which_acceptance_it_shows():
+    host = PROJECT.host("h1")
+    http = HttpFacts(200, GOOD_INFO, GOOD_GEN, 2.25, 10.0, accept_source="verify_committed_tokens")
+    result = evaluate(host, TREE, PROJECT, http, None, None)
+    doc = HealthReport([result], systemd_checked=False).to_dict()
+    assert doc["accept_definition"] == "accept = committed tokens per verify step, prefill excluded"
+    assert (doc["services"][0]["accept_length"], doc["services"][0]["accept_source"]) == (2.25, "verify_committed_tokens")
+
+
 MANIFEST_FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "manifests" / "h200-manifest.json"
 
 

@@ -22,11 +22,12 @@ from typing import Any, Literal
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client.exposition import choose_encoder
 from pydantic import BaseModel, ConfigDict
 
 from ..reference.types import GenerationResult, SamplingParams
-from .metrics import ServerMetrics, render_prometheus
+from .metrics import ServerMetrics, metrics_registry
 from .text import CompletionText
 
 logger = logging.getLogger("ddtree_engine.server")
@@ -89,6 +90,7 @@ class ServingRuntime:
         self.load_exception: BaseException | None = None
         self.warm = threading.Event()
         self.metrics = ServerMetrics(budget=0, log_interval=settings.metrics_log_interval)
+        self.metrics_registry = metrics_registry(lambda: self.metrics.snapshot(), settings.served_model_name)
         self._lock = threading.Lock()
 
     def start(self) -> threading.Thread:
@@ -349,9 +351,13 @@ def create_app(engine_or_factory: Any, settings: ServerSettings | None = None) -
         }
 
     @app.get("/metrics")
-    async def metrics() -> PlainTextResponse:
-        text = render_prometheus(runtime.metrics.snapshot(), settings.served_model_name)
-        return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+    async def metrics(request: Request) -> Response:
+        # prometheus_client's own content negotiation, as its ASGI app (which SGLang mounts at
+        # /metrics) does: text 0.0.4 unless the scraper asks for OpenMetrics or text 1.0.0, so a
+        # Prometheus server stores the same series names for both backends (with OpenMetrics,
+        # `sglang_*` samples: prometheus/client_python#1177 escapes ':' in sample names only).
+        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+        return Response(encoder(runtime.metrics_registry), media_type=content_type)
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:

@@ -2,14 +2,25 @@
 
 The metric names are SGLang's (`sglang:generation_tokens_total`, ...) so the health gate and the
 compare tool read both backends the same way; `ddtree:*` are this engine's extras.
+
+Acceptance length, everywhere it is shown, is committed tokens per verify step: the accepted
+drafts plus the bonus token of each step, counted from the steps themselves. The first token of
+a request comes from the prefill, not from a verify step, so it is not part of it (counting it
+would put an `ar` service above 1 and favour the arm with fewer steps); `ar` reads exactly 1.
+
+The exposition is written by `prometheus_client` (what SGLang serves `/metrics` with), so the
+types, the `_total` naming and the label escaping are the library's, not ours.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from ..reference.types import GenerationResult, StepStats
 
@@ -23,6 +34,16 @@ _COUNTERS = (
     ("sglang:spec_verify_calls_total", "spec_verify_calls", "Target verify forwards (one per step)."),
     ("ddtree:tree_nodes_total", "tree_nodes", "Drafted nodes verified, roots excluded."),
     ("ddtree:accepted_drafts_total", "accepted_drafts", "Drafted tokens the target accepted."),
+    (
+        "ddtree:verify_committed_tokens_total",
+        "verify_committed_tokens",
+        "Tokens committed by verify steps (accepted drafts + one bonus token each); the prefill's token excluded.",
+    ),
+)
+ACCEPT_LENGTH_HELP = (
+    "Committed tokens per verify step over the server's lifetime (accepted drafts + the bonus token; "
+    "the prefill's token excluded, so ar reads 1): "
+    "ddtree:verify_committed_tokens_total / sglang:spec_verify_calls_total."
 )
 
 
@@ -36,13 +57,14 @@ class MetricsSnapshot:
     spec_verify_calls: int = 0
     tree_nodes: int = 0
     accepted_drafts: int = 0
+    verify_committed_tokens: int = 0  # tokens committed by verify steps; generation_tokens - num_requests
 
     @property
     def spec_accept_length(self) -> float:
-        """Generated tokens per verify call over the server's lifetime (0 before the first)."""
+        """Committed tokens per verify step over the server's lifetime, prefill excluded (0 before the first)."""
         if self.spec_verify_calls == 0:
             return 0.0
-        return self.generation_tokens / self.spec_verify_calls
+        return self.verify_committed_tokens / self.spec_verify_calls
 
 
 def format_journal_line(steps: Sequence[StepStats], budget: int, batch_size: int = 1) -> str:
@@ -56,6 +78,8 @@ def format_journal_line(steps: Sequence[StepStats], budget: int, batch_size: int
     Returns:
         e.g. `DDTREE metrics: bs=1 budget=15 avg_actual_nodes=16.00 avg_accepted_drafts=6.00
         avg_commit_len=7.00 avg_accepted_depth=6.00` (one line; nodes count the root).
+        `avg_commit_len` is the acceptance length of these steps (committed tokens per verify
+        step, prefill excluded), the definition `sglang:spec_accept_length` uses.
     """
     if not steps:
         raise ValueError("expected at least one verify step, got none")
@@ -70,22 +94,60 @@ def format_journal_line(steps: Sequence[StepStats], budget: int, batch_size: int
     )
 
 
+class SnapshotCollector:
+    """A prometheus_client collector that reads every value from one MetricsSnapshot per scrape.
+
+    A collector rather than Counter/Gauge objects with `inc()` calls in `record`: one scrape reads
+    one snapshot taken under ServerMetrics' lock, so the gauge always equals the ratio of the
+    counters beside it (separate Counters, each with its own lock, could be read between two
+    `inc()`s of one request); the gauge is derived, not set; and no `*_created` series appear,
+    as in SGLang's own exposition (multiprocess mode emits none), without the process-wide
+    `disable_created_metrics()` switch. Counters are named with their `_total` suffix:
+    prometheus_client strips it from the family name and writes it back on the sample, so the
+    exposed names are exactly the ones given here.
+    """
+
+    def __init__(self, read_snapshot: Callable[[], MetricsSnapshot], model_name: str) -> None:
+        self._read_snapshot = read_snapshot
+        self._labels = [model_name]
+
+    def collect(self) -> Iterator[Metric]:
+        snapshot = self._read_snapshot()
+        for name, field_name, help_text in _COUNTERS:
+            counter = CounterMetricFamily(name, help_text, labels=["model_name"])
+            counter.add_metric(self._labels, float(getattr(snapshot, field_name)))
+            yield counter
+        gauge = GaugeMetricFamily("sglang:spec_accept_length", ACCEPT_LENGTH_HELP, labels=["model_name"])
+        gauge.add_metric(self._labels, snapshot.spec_accept_length)
+        yield gauge
+
+
+def metrics_registry(read_snapshot: Callable[[], MetricsSnapshot], model_name: str) -> CollectorRegistry:
+    """A registry of its own (not prometheus_client's global one: several apps share a test process).
+
+    Args:
+        read_snapshot: called once per scrape, e.g. `ServerMetrics.snapshot`.
+        model_name: the `model_name` label on every series, as SGLang labels them.
+
+    Returns:
+        a CollectorRegistry holding one SnapshotCollector; pass it to `generate_latest`.
+    """
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(read_snapshot, model_name))
+    return registry
+
+
 def render_prometheus(snapshot: MetricsSnapshot, model_name: str) -> str:
-    """Prometheus text exposition (version 0.0.4) of `snapshot`, labelled like SGLang's."""
-    label = '{{model_name="{}"}}'.format(model_name.replace("\\", "\\\\").replace('"', '\\"'))
-    lines: list[str] = []
-    for name, field_name, help_text in _COUNTERS:
-        lines += [
-            f"# HELP {name} {help_text}",
-            f"# TYPE {name} counter",
-            f"{name}{label} {float(getattr(snapshot, field_name))}",
-        ]
-    lines += [
-        "# HELP sglang:spec_accept_length Lifetime generated tokens per verify call.",
-        "# TYPE sglang:spec_accept_length gauge",
-        f"sglang:spec_accept_length{label} {snapshot.spec_accept_length}",
-    ]
-    return "\n".join(lines) + "\n"
+    """Prometheus text exposition (version 0.0.4) of `snapshot`, labelled like SGLang's.
+
+    Args:
+        snapshot: the counters to expose.
+        model_name: the `model_name` label value (escaped by prometheus_client).
+
+    Returns:
+        the text `/metrics` serves to a client that asks for no other format.
+    """
+    return generate_latest(metrics_registry(lambda: snapshot, model_name)).decode("utf-8")
 
 
 def _write_stderr(line: str) -> None:
@@ -122,6 +184,7 @@ class ServerMetrics:
                 spec_verify_calls=s.spec_verify_calls + len(result.steps),
                 tree_nodes=s.tree_nodes + sum(st.tree_nodes for st in result.steps),
                 accepted_drafts=s.accepted_drafts + sum(st.accepted_drafts for st in result.steps),
+                verify_committed_tokens=s.verify_committed_tokens + sum(st.committed for st in result.steps),
             )
             for step in result.steps:
                 self._pending_steps.append(step)
