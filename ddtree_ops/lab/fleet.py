@@ -1,13 +1,19 @@
-"""The local lab fleet: N Docker containers running systemd (PID 1) and sshd, reached over SSH.
+"""The local lab fleet: N Docker containers that behave like small bare-metal hosts (systemd + sshd).
+
+One lab per directory. A lab's id comes from its directory's resolved path (`lab_id`), and every
+Docker object it makes carries it: containers `ddtree-lab-<id>-N`, network `ddtree-lab-<id>`,
+volumes `ddtree-lab-<id>-N-docker`, each labelled `ddtree.lab.id=<id>` and `ddtree.lab.dir=<dir>`.
+Every query filters on those labels, so `up`, `down` and `status` never see, stop, remove or
+re-key another lab's objects; an object that has one of this lab's names but another's labels
+makes `up` stop and say so.
 
 `up` is safe to re-run (running containers are reused, the key is re-installed), `down` removes
-what `up` made (containers, network, lab directory; the image stays cached), `status` looks.
+what `up` made (containers, network, volumes, lab directory; the image stays cached), `status` looks.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -20,36 +26,22 @@ from ..config import Host, SshSettings, parse_project
 from ..exceptions import ConfigError, HostError
 from ..hosts.ssh import SSH, Transport
 from .docker import docker, ensure_docker
+from .identity import CONFIG_NAME, KEY_NAME, MARKER, MAX_HOSTS, Lab, host_name
+from .objects import (
+    address_of,
+    ensure_container,
+    ensure_network,
+    index_of,
+    inspect_object,
+    lab_objects_elsewhere,
+    labels_of,
+    legacy_warning,
+    own_containers,
+    own_volumes,
+    refuse_foreign,
+    remove_container,
+)
 from .image import LAB_IMAGE, ensure_image
-
-LAB_DIR_ENV = "DDTREE_LAB_DIR"
-NETWORK = "ddtree-lab"
-LABEL = "ddtree.lab"
-MARKER = "lab.json"  # written into the lab dir; `down` only deletes directories that carry it
-KEY_NAME = "id_ed25519"
-CONFIG_NAME = "ddtree.yaml"
-MAX_HOSTS = 16
-
-# systemd as PID 1 without --privileged: it needs to manage cgroups and mount tmpfs on /run.
-# NET_ADMIN and no AppArmor profile let a host run its own Docker Engine (container mode).
-RUN_FLAGS = [
-    "--cap-add", "SYS_ADMIN",
-    "--cap-add", "NET_ADMIN",
-    "--security-opt", "seccomp=unconfined",
-    "--security-opt", "apparmor=unconfined",
-    "--cgroupns=host",
-    "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
-    "--tmpfs", "/run",
-    "--tmpfs", "/run/lock",
-    "--tmpfs", "/tmp",
-]  # fmt: skip
-
-
-def default_lab_dir() -> Path:
-    if os.environ.get(LAB_DIR_ENV):
-        return Path(os.environ[LAB_DIR_ENV])
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local/share")
-    return Path(base) / "ddtree-ops" / "lab"
 
 
 @dataclass
@@ -65,66 +57,30 @@ class LabHost:
 @dataclass
 class LabReport:
     lab_dir: str
+    lab_id: str
+    network: str
     config_path: str | None
     image: str
     hosts: list[LabHost]
     timings_s: dict[str, float] = field(default_factory=dict)
+    # Other labs on this daemon, by directory (never their hosts), and what to do about old-style objects.
+    other_labs: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def container_name(index: int) -> str:
-    return f"ddtree-lab-{index}"
+@dataclass
+class LabDownReport:
+    lab_dir: str
+    lab_id: str
+    removed: list[str]
+    warnings: list[str] = field(default_factory=list)
 
+    def to_dict(self) -> dict:
+        return asdict(self)
 
-def host_name(index: int) -> str:
-    return f"lab-{index}"
-
-
-def docker_volume(index: int) -> str:
-    """The host's /var/lib/docker: a volume, because overlay2 cannot stack on the container's own overlay."""
-    return f"ddtree-lab-{index}-docker"
-
-
-def _lab_containers() -> list[str]:
-    out = docker("ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}").stdout
-    return sorted(n for n in out.split() if n)
-
-
-def _inspect(container: str) -> dict | None:
-    proc = docker("inspect", container, check=False)
-    if proc.returncode != 0:
-        return None
-    return json.loads(proc.stdout)[0]
-
-
-def _address(info: dict) -> str | None:
-    net = (info.get("NetworkSettings", {}).get("Networks") or {}).get(NETWORK) or {}
-    return net.get("IPAddress") or None
-
-
-def _ensure_network() -> None:
-    if docker("network", "inspect", NETWORK, check=False).returncode != 0:
-        docker("network", "create", "--label", LABEL, NETWORK)
-
-
-def _ensure_container(index: int) -> None:
-    name = container_name(index)
-    info = _inspect(name)
-    if info is not None and (info.get("Config") or {}).get("Image") != LAB_IMAGE:
-        docker("rm", "-f", name)  # made from an older lab image: hosts must look like the current one
-        info = None
-    if info is not None and info["State"]["Running"]:
-        return
-    if info is not None:
-        docker("start", name)
-        return
-    docker("volume", "create", "--label", LABEL, docker_volume(index))
-    docker(
-        "run", "-d", "--name", name, "--hostname", host_name(index), "--network", NETWORK,
-        "--label", LABEL, *RUN_FLAGS, "-v", f"{docker_volume(index)}:/var/lib/docker", LAB_IMAGE,
-    )  # fmt: skip
 
 
 def _systemd_state(container: str) -> str:
@@ -143,11 +99,12 @@ def _wait_for_systemd(container: str, timeout_s: float = 90) -> str:
     raise HostError(f"lab container {container}: systemd did not finish booting within {timeout_s:.0f}s (state {state!r})")
 
 
-def _ensure_key(lab_dir: Path) -> Path:
-    key = lab_dir / KEY_NAME
+def _ensure_key(lab: Lab) -> Path:
+    key = lab.lab_dir / KEY_NAME
     if not key.exists():
         subprocess.run(
-            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "ddtree-lab", "-f", str(key)], check=True
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"ddtree-lab-{lab.lab_id}", "-f", str(key)],
+            check=True,
         )
     return key
 
@@ -205,72 +162,115 @@ def lab_project(addresses: dict[str, str], key: Path) -> dict:
     }
 
 
+def _marker_warning(lab: Lab) -> str | None:
+    """A lab.json naming another lab: this directory was moved or copied from where that lab was made."""
+    marker = lab.lab_dir / MARKER
+    try:
+        recorded = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return None
+    if recorded.get("lab_id") and recorded["lab_id"] != lab.lab_id:
+        return (
+            f"{marker} was written for the lab {recorded['lab_id']} in {recorded.get('lab_dir', '?')} "
+            f"(this directory was moved or copied); this directory's lab is {lab.lab_id}, and that lab's "
+            f"containers are left alone (`ddtree-ops lab down --dir {recorded.get('lab_dir', '…')}` removes them)"
+        )
+    return None
+
+
 def up(n_hosts: int = 2, lab_dir: Path | None = None) -> LabReport:
-    """Start (or reuse) lab hosts lab-1..lab-N and write the lab's ddtree.yaml.
+    """Start (or reuse) this lab's hosts lab-1..lab-N and write the lab's ddtree.yaml.
+
+    Args:
+        n_hosts: how many hosts (1..MAX_HOSTS); this lab's containers beyond N are removed.
+        lab_dir: the lab directory (default `default_lab_dir()`); it names the lab.
+
+    Returns:
+        The lab's status after start-up, with timings and warnings (old-style objects, a moved lab.json).
 
     Raises:
         ConfigError: N out of range.
         DockerUnavailable: no Docker engine could be started.
-        HostError: a host did not boot or does not answer SSH.
+        HostError: a host did not boot or does not answer SSH, or one of this lab's names is taken by
+            an object that is not this lab's (it is left untouched).
     """
     if not 1 <= n_hosts <= MAX_HOSTS:
         raise ConfigError(f"--hosts must be between 1 and {MAX_HOSTS}, got {n_hosts}")
-    lab_dir = Path(lab_dir) if lab_dir else default_lab_dir()
+    lab = Lab.at(lab_dir)
     timings: dict[str, float] = {}
     started = time.monotonic()
     ensure_docker()
     timings["image_build"] = round(ensure_image(), 1)
 
-    lab_dir.mkdir(parents=True, exist_ok=True)
-    (lab_dir / MARKER).write_text(json.dumps({"made_by": "ddtree-ops lab up", "network": NETWORK}) + "\n")
-    key = _ensure_key(lab_dir)
-    public_key = key.with_suffix(".pub").read_text()
-
-    _ensure_network()
-    wanted = {container_name(i) for i in range(1, n_hosts + 1)}
-    for extra in set(_lab_containers()) - wanted:
-        docker("rm", "-f", extra)
+    # Check every name before changing anything: a foreign object stops `up` with nothing touched.
+    names = [("network", lab.network)]
     for i in range(1, n_hosts + 1):
-        _ensure_container(i)
+        names += [("container", lab.container(i)), ("volume", lab.volume(i))]
+    for kind, name in names:
+        info = inspect_object(kind, name)
+        if info is not None:
+            refuse_foreign(lab, kind, name, info)
+
+    warnings = [w for w in (_marker_warning(lab),) if w]
+    lab.lab_dir.mkdir(parents=True, exist_ok=True)
+    key = _ensure_key(lab)
+    public_key = key.with_suffix(".pub").read_text()
+    marker = {"made_by": "ddtree-ops lab up", "lab_id": lab.lab_id, "lab_dir": str(lab.lab_dir), "network": lab.network}
+    (lab.lab_dir / MARKER).write_text(json.dumps(marker) + "\n")
+
+    ensure_network(lab)
+    wanted = {lab.container(i) for i in range(1, n_hosts + 1)}
+    for extra in sorted(set(own_containers(lab)) - wanted):
+        remove_container(lab, extra)
+    for i in range(1, n_hosts + 1):
+        ensure_container(lab, i)
 
     addresses: dict[str, str] = {}
     for i in range(1, n_hosts + 1):
-        name = container_name(i)
+        name = lab.container(i)
         _wait_for_systemd(name)
         _install_key(name, public_key)
-        info = _inspect(name)
-        address = _address(info or {})
+        address = address_of(lab, inspect_object("container", name) or {})
         if not address:
-            raise HostError(f"lab container {name} has no address on network {NETWORK}")
+            raise HostError(f"lab container {name} has no address on network {lab.network}")
         addresses[host_name(i)] = address
     for host, address in addresses.items():
         _wait_for_ssh(host, address, key)
 
     document = lab_project(addresses, key)
     parse_project(document, "the lab's ddtree.yaml")  # the file we write must pass the same validation
-    config_path = lab_dir / CONFIG_NAME
-    header = "# Written by `ddtree-ops lab up`; rewritten on every `lab up`. Use it with:\n"
+    config_path = lab.lab_dir / CONFIG_NAME
+    header = f"# Written by `ddtree-ops lab up` for the lab {lab.lab_id}; rewritten on every `lab up`. Use it with:\n"
     header += f"#   export DDTREE_CONFIG={config_path}\n"
     config_path.write_text(header + yaml.safe_dump(document, sort_keys=False))
     timings["lab_up"] = round(time.monotonic() - started, 1)
 
-    report = status(lab_dir)
+    report = status(lab.lab_dir)
     report.timings_s = timings
+    report.warnings = warnings + report.warnings
     return report
 
 
 def status(lab_dir: Path | None = None) -> LabReport:
-    """What the lab looks like now: each container, its address, systemd state and SSH reachability."""
-    lab_dir = Path(lab_dir) if lab_dir else default_lab_dir()
+    """What this lab looks like now: each of its containers, address, systemd state and SSH reachability.
+
+    Args:
+        lab_dir: the lab directory (default `default_lab_dir()`).
+
+    Returns:
+        This lab's hosts only (none when no lab runs here); `other_labs` names other labs' directories
+        and `warnings` old-style objects, but never their hosts.
+    """
+    lab = Lab.at(lab_dir)
     ensure_docker()
-    key = lab_dir / KEY_NAME
+    key = lab.lab_dir / KEY_NAME
     hosts = []
-    for container in _lab_containers():
-        info = _inspect(container)
+    for container in own_containers(lab):
+        info = inspect_object("container", container)
         if info is None:
             continue
         running = bool(info["State"]["Running"])
-        address = _address(info)
+        address = address_of(lab, info)
         hosts.append(
             LabHost(
                 name=(info.get("Config") or {}).get("Hostname") or container,
@@ -281,36 +281,52 @@ def status(lab_dir: Path | None = None) -> LabReport:
                 ssh=bool(running and address and key.exists() and ssh_answers(address, key)),
             )
         )
-    hosts.sort(key=lambda h: int(h.container.rsplit("-", 1)[-1]) if h.container.rsplit("-", 1)[-1].isdigit() else 0)
-    config_path = lab_dir / CONFIG_NAME
+    hosts.sort(key=lambda h: index_of(lab, h.container) or 0)
+    others, legacy = lab_objects_elsewhere(lab)
+    config_path = lab.lab_dir / CONFIG_NAME
     return LabReport(
-        lab_dir=str(lab_dir),
+        lab_dir=str(lab.lab_dir),
+        lab_id=lab.lab_id,
+        network=lab.network,
         config_path=str(config_path) if config_path.exists() else None,
         image=LAB_IMAGE,
         hosts=hosts,
+        other_labs=others,
+        warnings=[w for w in (legacy_warning(legacy),) if w],
     )
 
 
-def down(lab_dir: Path | None = None) -> list[str]:
-    """Remove the lab's containers, its network and the lab directory (if `up` made it).
+def down(lab_dir: Path | None = None) -> LabDownReport:
+    """Remove this lab's containers, volumes and network, and the lab directory (if `up` made it).
 
-    Returns the names of what was removed. The image stays, so the next `up` is quick.
+    Args:
+        lab_dir: the lab directory (default `default_lab_dir()`).
+
+    Returns:
+        What was removed, and warnings about old-style objects (left alone). Other labs are not
+        touched; the image stays, so the next `up` is quick.
     """
-    lab_dir = Path(lab_dir) if lab_dir else default_lab_dir()
+    lab = Lab.at(lab_dir)
     ensure_docker()
-    removed = []
-    containers = _lab_containers()
+    removed: list[str] = []
+    containers = own_containers(lab)
     if containers:
         docker("rm", "-f", *containers)
         removed += containers
-    volumes = [v for v in docker("volume", "ls", "-q", "--filter", f"label={LABEL}").stdout.split() if v]
-    for volume in volumes:
+    for volume in own_volumes(lab):
         docker("volume", "rm", "-f", volume)
         removed.append(f"volume {volume}")
-    if docker("network", "inspect", NETWORK, check=False).returncode == 0:
-        docker("network", "rm", NETWORK)
-        removed.append(f"network {NETWORK}")
-    if (lab_dir / MARKER).exists():
-        shutil.rmtree(lab_dir)
-        removed.append(str(lab_dir))
-    return removed
+    network = inspect_object("network", lab.network)
+    if network is not None and lab.owns(labels_of("network", network)):
+        docker("network", "rm", lab.network)
+        removed.append(f"network {lab.network}")
+    if (lab.lab_dir / MARKER).exists():
+        shutil.rmtree(lab.lab_dir)
+        removed.append(str(lab.lab_dir))
+    _, legacy = lab_objects_elsewhere(lab)
+    return LabDownReport(
+        lab_dir=str(lab.lab_dir),
+        lab_id=lab.lab_id,
+        removed=removed,
+        warnings=[w for w in (legacy_warning(legacy),) if w],
+    )

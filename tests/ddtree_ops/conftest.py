@@ -45,12 +45,12 @@ def lab_fleet(tmp_path_factory):
     report = lab.up(2, lab_dir)
     yield report
     lab.down(lab_dir)
-    # `down` removes everything `up` made: no lab containers, no network, no lab directory.
+    # `down` removes everything `up` made: none of this lab's containers, its network, its directory.
     leftover = subprocess.run(
-        ["docker", "ps", "-a", "--filter", "label=ddtree.lab", "--format", "{{.Names}}"],
+        ["docker", "ps", "-a", "--filter", f"label=ddtree.lab.id={report.lab_id}", "--format", "{{.Names}}"],
         capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
-    network = subprocess.run(["docker", "network", "inspect", "ddtree-lab"], capture_output=True, check=False)
+    network = subprocess.run(["docker", "network", "inspect", report.network], capture_output=True, check=False)
     assert leftover == [] and network.returncode != 0 and not lab_dir.exists(), json.dumps(
         {"containers": leftover, "network_left": network.returncode == 0, "dir_left": lab_dir.exists()}
     )

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from ddtree_ops.cli import cli
 from ddtree_ops.config import load_project
 from ddtree_ops.lab.fleet import ssh_answers
+from ddtree_ops.lab.identity import lab_id
 
 pytestmark = pytest.mark.lab
 
@@ -20,9 +21,9 @@ def _invoke(*args: str):
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
-def _container_ids() -> dict[str, str]:
+def _container_ids(lab_id: str) -> dict[str, str]:
     out = subprocess.run(
-        ["docker", "ps", "--filter", "label=ddtree.lab", "--format", "{{.Names}} {{.ID}}"],
+        ["docker", "ps", "--filter", f"label=ddtree.lab.id={lab_id}", "--format", "{{.Names}} {{.ID}}"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     return dict(line.split() for line in out.splitlines())
@@ -33,6 +34,10 @@ def test_status_shows_booted_hosts_reachable_over_ssh(lab_fleet):
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert [h["name"] for h in report["hosts"]] == ["lab-1", "lab-2"]
+    # containers and network are named after this lab's directory, not shared by every lab
+    assert report["lab_id"] == lab_id(lab_fleet.lab_dir)
+    assert [h["container"] for h in report["hosts"]] == [f"ddtree-lab-{report['lab_id']}-{i}" for i in (1, 2)]
+    assert report["network"] == f"ddtree-lab-{report['lab_id']}"
     for host in report["hosts"]:
         assert host["state"] == "running"
         assert host["systemd"] == "running", host  # every unit came up: nothing failed in the container
@@ -53,11 +58,11 @@ def test_the_lab_project_file_validates_and_reaches_the_hosts(lab_fleet):
 
 
 def test_up_again_reuses_the_running_hosts(lab_fleet):
-    before = _container_ids()
+    before = _container_ids(lab_fleet.lab_id)
     result = _invoke("lab", "up", "--hosts", "2", "--dir", lab_fleet.lab_dir)
     assert result.exit_code == 0, result.output
     assert f"export DDTREE_CONFIG={lab_fleet.config_path}" in result.output
-    assert _container_ids() == before
+    assert _container_ids(lab_fleet.lab_id) == before
     assert [h.address for h in load_project(lab_fleet.config_path).hosts] == [h.address for h in lab_fleet.hosts]
 
 
