@@ -6,7 +6,7 @@ import json
 
 import pytest
 from ddtree_engine.reference.engine import load_engine
-from ddtree_engine.reference.types import SpeculativeConfig
+from ddtree_engine.types import SpeculativeConfig
 
 BUDGET, TOPK = 15, 8
 

@@ -2,7 +2,7 @@ import re
 import threading
 
 import pytest
-from ddtree_engine.reference.types import GenerationResult, StepStats
+from ddtree_engine.types import GenerationResult, StepStats
 from ddtree_engine.server.metrics import (
     MetricsSnapshot,
     ServerMetrics,

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..reference.types import GenerationResult, StepStats
+from ..types import GenerationResult, StepStats
 
 JOURNAL_PREFIX = "DDTREE metrics:"
 
