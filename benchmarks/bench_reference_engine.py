@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "engine_patches" / "ddtree_engine" / "src"))
 sys.path.insert(0, str(ROOT))
 
 from ddtree_engine.reference.engine import load_engine  # noqa: E402
-from ddtree_engine.reference.types import SamplingParams, SpeculativeConfig  # noqa: E402
+from ddtree_engine.types import SamplingParams, SpeculativeConfig  # noqa: E402
 
 CONFIGS = [
     ("ar", SpeculativeConfig("ar")),
@@ -112,7 +112,7 @@ def main(argv=None) -> None:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
 
-    from ddtree_ops.prompts import BUILTIN_PROMPTS
+    from ddtree_ops.compare.prompts import BUILTIN_PROMPTS
 
     gpu = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "cpu"
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()

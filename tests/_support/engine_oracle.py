@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import torch
 
-from ddtree_engine.reference.engine import Engine
-from ddtree_engine.reference.types import SamplingParams, SpeculativeConfig
+from ddtree_engine.reference.engine import ReferenceEngine
+from ddtree_engine.types import SamplingParams, SpeculativeConfig
 
 ARCHES = ("qwen3", "qwen3-next")
 
@@ -93,7 +93,7 @@ def make_rule_noisy(seed: int) -> RankRule:
     return rule
 
 
-def run(engine: Engine, prompt: list[int], spec: SpeculativeConfig, max_new_tokens: int = 24, drafter=None, **kw):
+def run(engine: ReferenceEngine, prompt: list[int], spec: SpeculativeConfig, max_new_tokens: int = 24, drafter=None, **kw):
     saved_spec, saved_drafter = engine.spec, engine.drafter
     engine.spec = spec
     if drafter is not None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ddtree_engine.reference.engine import Engine, load_engine
+from ddtree_engine.reference.engine import ReferenceEngine, load_engine
 from engine_oracle import ARCHES
 from ddtree_engine.reference.tiny import make_tiny_pair
-from ddtree_engine.reference.types import SpeculativeConfig
+from ddtree_engine.types import SpeculativeConfig
 
 
 @pytest.fixture(scope="session")
@@ -18,7 +18,7 @@ def tiny_pairs(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
 
 
 @pytest.fixture(scope="session")
-def engines(tiny_pairs) -> dict[str, Engine]:
+def engines(tiny_pairs) -> dict[str, ReferenceEngine]:
     """One engine per architecture; tests swap `engine.spec` / `engine.drafter` as needed."""
     out = {}
     for arch, (target, draft) in tiny_pairs.items():

@@ -1,20 +1,14 @@
-"""Parent-indexed Gated-DeltaNet verification: each tree node's output and state equal what a
-plain sequential run over that node's own path gives; the flattened order does not."""
+"""Parent-indexed Gated-DeltaNet verification (core.hybrid's window indices with the
+kernels.gdn_tree reference): each tree node's output and state equal what a plain sequential
+run over that node's own path gives; the flattened order does not."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from ddtree_engine.core.hybrid import (
-    conv_window_index,
-    flattened_parents,
-    gated_delta_tree,
-    l2norm,
-    node_levels,
-    tree_causal_conv,
-    window_after,
-)
+from ddtree_engine.core.hybrid import conv_window_index, flattened_parents, l2norm, window_after
+from ddtree_engine.kernels.gdn_tree import gated_delta_tree, node_levels, tree_causal_conv
 
 # root; two children; each child with two children; one grandchild deeper.
 PARENTS = [-1, 0, 0, 1, 1, 2, 2, 5]

@@ -9,8 +9,8 @@ import pytest
 from engine_oracle import OracleDrafter, run
 
 from ddtree_engine.errors import BadInputError
-from ddtree_engine.reference.generate import validate_spec
-from ddtree_engine.reference.types import SpeculativeConfig
+from ddtree_engine.types import validate_spec
+from ddtree_engine.types import SpeculativeConfig
 
 PROMPTS = ([60, 9, 200, 33, 101], [1, 2, 3], [(i * 37 + 11) % 256 for i in range(23)])
 
@@ -59,7 +59,7 @@ def test_unsafe_needs_the_allow_flag_and_warns():
 
 def test_on_tokens_returning_true_stops_generation(engines):
     engine = engines["qwen3-next"]
-    from ddtree_engine.reference.types import SamplingParams
+    from ddtree_engine.types import SamplingParams
 
     chunks = []
 

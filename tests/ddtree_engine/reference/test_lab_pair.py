@@ -8,8 +8,8 @@ import pytest
 
 from ddtree_engine.reference.engine import load_engine
 from ddtree_engine.reference.models import LAB_DIR
-from ddtree_engine.reference.types import SamplingParams, SpeculativeConfig
-from ddtree_ops.prompts import BUILTIN_PROMPTS
+from ddtree_engine.types import SamplingParams, SpeculativeConfig
+from ddtree_ops.compare.prompts import BUILTIN_PROMPTS
 
 MAX_NEW = 128
 

@@ -9,7 +9,7 @@ import itertools
 import pytest
 from engine_oracle import ARCHES, OracleDrafter, make_rule_noisy, rule_deep, rule_siblings, run
 
-from ddtree_engine.reference.types import SpeculativeConfig
+from ddtree_engine.types import SpeculativeConfig
 
 BUDGETS = (1, 4, 8, 15, 16, 32, 64)
 TOPKS = (1, 2, 8)

@@ -14,7 +14,7 @@ from engine_oracle import OracleDrafter, rule_siblings, run
 from scipy.stats import chisquare
 
 from ddtree_engine.core.hybrid import flattened_parents
-from ddtree_engine.reference.types import SpeculativeConfig
+from ddtree_engine.types import SpeculativeConfig
 
 PROMPT = [60, 9, 200, 33, 101]
 RUNS = 300

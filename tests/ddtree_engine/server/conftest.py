@@ -6,7 +6,7 @@ import json
 
 import pytest
 from ddtree_engine.reference.engine import load_engine
-from ddtree_engine.reference.types import SpeculativeConfig
+from ddtree_engine.types import SpeculativeConfig
 from prometheus_client.parser import text_string_to_metric_families
 
 BUDGET, TOPK = 15, 8

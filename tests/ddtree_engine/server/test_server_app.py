@@ -8,7 +8,7 @@ import time
 import pytest
 from ddtree_engine.errors import ModelLoadError
 from ddtree_engine.reference.engine import load_engine
-from ddtree_engine.reference.types import SamplingParams, SpeculativeConfig
+from ddtree_engine.types import SamplingParams, SpeculativeConfig
 from ddtree_engine.server import ServerSettings, create_app
 from fastapi.testclient import TestClient
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
@@ -90,7 +90,7 @@ def test_a_failed_load_keeps_health_503_with_the_error_and_calls_the_hook(tmp_pa
 
 def test_server_info_has_the_engine_and_server_fields(client, server_engine):
     info = client.get("/server_info").json()
-    for key, value in server_engine.info().items():
+    for key, value in server_engine.server_info().items():
         assert info[key] == value, key
     assert info["speculative_algorithm"] == "DDTREE"
     assert info["speculative_num_draft_tokens"] == 16
@@ -372,3 +372,28 @@ def test_null_optional_fields_take_openai_defaults(client):
     r = client.post("/v1/completions", json=body)
     assert r.status_code == 200, r.text
     assert r.json()["usage"]["completion_tokens"] == len(r.json()["ddtree"]["completion_token_ids"])
+
+
+def test_a_factory_that_returns_no_engine_fails_the_load_with_what_is_missing():
+    failures = []
+
+    class NoEngine:
+        tokenizer = None
+
+        def generate(self, prompt_ids, params, on_tokens=None):
+            raise AssertionError("never called: the server checks the Protocol first")
+
+    with TestClient(create_app(NoEngine, ServerSettings(on_load_failure=failures.append))) as c:
+        deadline = time.monotonic() + 30
+        while not failures:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        body = c.get("/health").json()
+    assert isinstance(failures[0], TypeError)
+    assert body["status"] == "failed"
+    assert "NoEngine, which is not an Engine: it lacks chat_prompt_ids, server_info" in body["error"]
+
+
+def test_create_app_refuses_what_is_neither_an_engine_nor_a_factory():
+    with pytest.raises(TypeError, match="expected an engine or a callable returning one, got 42"):
+        create_app(42)

@@ -4,7 +4,7 @@ import threading
 import prometheus_client
 import pytest
 from ddtree_engine.reference.engine import load_engine
-from ddtree_engine.reference.types import GenerationResult, SamplingParams, SpeculativeConfig, StepStats
+from ddtree_engine.types import GenerationResult, SamplingParams, SpeculativeConfig, StepStats
 from ddtree_engine.server.metrics import (
     ACCEPT_LENGTH_HELP,
     MetricsSnapshot,

@@ -9,6 +9,8 @@ import click
 
 from .cli_options import spec_from_options, spec_options
 from .errors import EngineError
+from .server.command import serve
+from .types import Engine, SamplingParams
 
 
 class EngineGroup(click.Group):
@@ -35,7 +37,7 @@ def cli() -> None:
 @click.option("--block-size", type=int, default=16, show_default=True)
 def make_tiny_pair_cmd(out: str, arch: str, seed: int, block_size: int) -> None:
     """Write a tiny random target (OUT/target) and matching DFlash drafter (OUT/draft)."""
-    from .reference.tiny import make_tiny_pair
+    from .reference.tiny import make_tiny_pair  # deferred like load_engine below: torch, transformers
 
     if block_size < 2:
         raise click.BadParameter(f"must be >= 2 (anchor + drafts), got {block_size}", param_hint="--block-size")
@@ -65,8 +67,9 @@ def parse_prompt_ids(text: str) -> list[int]:
 def generate(target, draft, algorithm, budget, topk, spine_depth, hybrid_mode, allow_hybrid_unsafe, device, dtype,
              prompt, prompt_ids, chat, max_new_tokens, temperature, seed, json_):
     """Generate once and print the tokens (and acceptance per verify step)."""
+    # Deferred on purpose: the backend pulls in torch and transformers (seconds), which --help,
+    # argument errors and `serve`'s own start-up (it loads in a background thread) do without.
     from .reference.engine import load_engine
-    from .reference.types import SamplingParams
 
     if (prompt is None) == (prompt_ids is None):
         raise click.UsageError("give exactly one of --prompt TEXT or --prompt-ids 1,2,3")
@@ -76,7 +79,7 @@ def generate(target, draft, algorithm, budget, topk, spine_depth, hybrid_mode, a
         raise click.BadParameter(f"must be >= 0, got {temperature}", param_hint="--temperature")
     ids = parse_prompt_ids(prompt_ids) if prompt_ids is not None else None
     spec = spec_from_options(algorithm, budget, topk, spine_depth, hybrid_mode, allow_hybrid_unsafe, draft)
-    engine = load_engine(target, draft, spec, device=device, dtype=dtype)
+    engine: Engine = load_engine(target, draft, spec, device=device, dtype=dtype)
     if ids is None:
         if chat:
             ids = engine.chat_prompt_ids([{"role": "user", "content": prompt}])
@@ -102,17 +105,7 @@ def generate(target, draft, algorithm, budget, topk, spine_depth, hybrid_mode, a
         click.echo(f"[{len(result.token_ids)} tokens, {steps} verify steps, {mean:.2f} tokens/step]", err=True)
 
 
-def _register_serve() -> None:
-    try:
-        from .server.command import serve
-    except ModuleNotFoundError as err:
-        if err.name != f"{__package__}.server.command":
-            raise
-        return
-    cli.add_command(serve)
-
-
-_register_serve()
+cli.add_command(serve)
 
 
 def main() -> None:

@@ -6,7 +6,8 @@ import os
 
 import click
 
-from .reference.types import ALGORITHMS, HYBRID_MODES, SpeculativeConfig
+from .errors import BadInputError
+from .types import ALGORITHMS, HYBRID_MODES, SpeculativeConfig, validate_spec
 
 DTYPES = ("auto", "float32", "float64", "bfloat16", "float16")
 
@@ -50,9 +51,6 @@ def spec_options(f):
 
 def spec_from_options(algorithm, budget, topk, spine_depth, hybrid_mode, allow_hybrid_unsafe, draft) -> SpeculativeConfig:
     """The SpeculativeConfig, checked by the engine's own rules before any model loads (usage error, exit 2)."""
-    from .errors import BadInputError
-    from .reference.generate import validate_spec
-
     if algorithm != "ar" and draft is None:
         raise click.UsageError(f"--algorithm {algorithm} needs --draft DIR (or 'lab')")
     spec = SpeculativeConfig(

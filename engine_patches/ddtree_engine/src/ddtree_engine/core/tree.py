@@ -13,6 +13,9 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import BadInputError
+from ..kernels.topk_logprobs import sorted_topk_logprobs
+from ..kernels.tree_mask import ancestor_mask
+from ..types import validate_tree_args
 
 
 @dataclass(frozen=True)
@@ -51,19 +54,6 @@ class CompiledTree:
     next_sibling: torch.Tensor
 
 
-def validate_tree_args(budget: int, topk: int) -> None:
-    if budget < 0:
-        raise BadInputError(f"budget must be >= 0 (the number of drafted tree nodes), got {budget}")
-    if topk < 1:
-        raise BadInputError(f"topk must be >= 1 (candidates kept per depth), got {topk}")
-
-
-def _sorted_topk(logprobs: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    # A stable sort breaks ties by the lower token id, so the tree is deterministic.
-    order = torch.sort(-logprobs, dim=-1, stable=True).indices[:, :k]
-    return logprobs.gather(-1, order), order
-
-
 def build_tree(
     draft_logits: torch.Tensor,
     budget: int,
@@ -94,7 +84,7 @@ def build_tree(
     chosen: list[tuple[int, int, int, float]] = []  # (depth0, rank, parent_choice_index, score)
     top_ids: list[list[int]] = []
     if depth_count > 0 and k > 0:
-        top_vals, top_idx = _sorted_topk(torch.log_softmax(draft_logits.double(), dim=-1), k)
+        top_vals, top_idx = sorted_topk_logprobs(draft_logits, k)
         vals, top_ids = top_vals.tolist(), top_idx.tolist()
         heap: list[tuple[float, int, int, int, int]] = []
         counter = 0
@@ -200,7 +190,6 @@ def compile_tree(tree: DraftTree, prefix_len: int) -> CompiledTree:
     """
     n = tree.num_nodes
     parents = tree.parents.tolist()
-    mask = torch.zeros(n, n, dtype=torch.bool)
     first_child = [-1] * n
     next_sibling = [-1] * n
     last_child = [-1] * n
@@ -209,16 +198,14 @@ def compile_tree(tree: DraftTree, prefix_len: int) -> CompiledTree:
         if p >= i:
             raise BadInputError(f"tree is not depth-major: node {i} has parent {p}")
         if p >= 0:
-            mask[i] = mask[p]
             if first_child[p] < 0:
                 first_child[p] = i
             else:
                 next_sibling[last_child[p]] = i
             last_child[p] = i
-        mask[i, i] = True
     return CompiledTree(
         tree=tree,
-        attention_mask=mask,
+        attention_mask=ancestor_mask(parents),
         positions=tree.depths + prefix_len,
         parents=tree.parents.clone(),
         first_child=torch.tensor(first_child, dtype=torch.long),

@@ -19,7 +19,7 @@ from torch import nn
 from transformers import Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding
 
-from .target import _apply_rotary
+from .rotary import apply_rotary
 
 
 def draft_setting(config: Qwen3Config, name: str, default=None):
@@ -55,14 +55,14 @@ class DFlashAttention(nn.Module):
         b, t = x.shape[:2]
         k = self.k_norm(self.k_proj(x).view(b, t, -1, self.head_dim)).transpose(1, 2)
         v = self.v_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
-        _, k = _apply_rotary(k, k, cos, sin)
+        k = apply_rotary(k, cos, sin)
         return k, v
 
     def forward(self, x, cos, sin, ctx_k, ctx_v, mask: torch.Tensor | None = None):
         """x [B, T, H] block; ctx_k/v [B, Hkv, S, D]; mask [B, T, S + T] (True = attend) or None (all)."""
         b, t = x.shape[:2]
         q = self.q_norm(self.q_proj(x).view(b, t, -1, self.head_dim)).transpose(1, 2)
-        q, _ = _apply_rotary(q, q, cos, sin)
+        q = apply_rotary(q, cos, sin)
         k_noise, v_noise = self.project_kv(x, cos, sin)
         k = torch.cat([ctx_k, k_noise], dim=2)
         v = torch.cat([ctx_v, v_noise], dim=2)

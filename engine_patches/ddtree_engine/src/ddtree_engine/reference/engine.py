@@ -1,34 +1,40 @@
-"""The engine object the CLI and the server use: a loaded target, drafter and tokenizer."""
+"""The reference backend's engine: a loaded target, drafter and tokenizer that satisfies the
+`types.Engine` Protocol the CLI and the server use."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from .. import __version__
+from ..types import GenerationResult, SamplingParams, SpeculativeConfig, TokenCallback, Tokenizer, validate_spec
 from .drafters import DFlashDrafter, Drafter
-from .generate import generate, validate_spec
+from .generate import generate
 from .models import load_drafter, load_target, load_tokenizer, resolve_device, resolve_dtype
+from .steps import REFERENCE_STEPS, DecodeSteps
 from .target import TargetRunner
-from .types import GenerationResult, SamplingParams, SpeculativeConfig
 
 
 @dataclass
-class Engine:
+class ReferenceEngine:
+    """DDTree on a Hugging Face `transformers` target (batch size 1). `steps` are the step
+    functions `generate` runs; replace one to try a kernel."""
+
     runner: TargetRunner
     drafter: Drafter | None
-    tokenizer: object
+    tokenizer: Tokenizer
     spec: SpeculativeConfig
     model_path: str
     draft_path: str | None
+    steps: DecodeSteps = field(default=REFERENCE_STEPS)
 
     def generate(
         self,
         prompt_ids: list[int],
         params: SamplingParams,
-        on_tokens: Callable[[list[int]], bool | None] | None = None,
+        on_tokens: TokenCallback | None = None,
     ) -> GenerationResult:
         """Generate after `prompt_ids`; `on_tokens` receives each newly committed chunk and may
         return True to stop there. Not thread-safe."""
@@ -41,7 +47,7 @@ class Engine:
             seed=params.seed,
             stop_token_ids=tuple(sorted(stop)),
         )
-        return generate(self.runner, self.drafter, prompt_ids, self.spec, params, on_tokens)
+        return generate(self.runner, self.drafter, prompt_ids, self.spec, params, on_tokens, self.steps)
 
     def chat_prompt_ids(self, messages: list[dict]) -> list[int]:
         """Token ids of `messages` rendered with the target's chat template, ready for the reply."""
@@ -52,7 +58,8 @@ class Engine:
     def block_size(self) -> int:
         return self.drafter.block_size if self.drafter is not None else 1
 
-    def info(self) -> dict:
+    def server_info(self) -> dict[str, Any]:
+        """The `/server_info` fields of this engine (see `types.Engine.server_info`)."""
         spec = self.spec
         tree = spec.algorithm == "ddtree"
         return {
@@ -78,8 +85,17 @@ def load_engine(
     spec: SpeculativeConfig,
     device: str = "auto",
     dtype: str = "auto",
-) -> Engine:
-    """Load target (+ drafter unless `ar`) and check the settings before any generation."""
+) -> ReferenceEngine:
+    """Load target (+ drafter unless `ar`) and check the settings before any generation.
+
+    Args:
+        target, draft: Hugging Face model directories, or "lab" for the built-in pair.
+        spec: how to speculate (checked before anything loads).
+        device, dtype: "auto" picks CUDA and bfloat16 when a GPU is visible, else CPU float32.
+
+    Returns:
+        A ReferenceEngine, which satisfies `types.Engine`.
+    """
     validate_spec(spec, drafter=object() if draft or spec.algorithm == "ar" else None)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
@@ -90,4 +106,6 @@ def load_engine(
         drafter = DFlashDrafter(load_drafter(draft, model, dev, dt), model)
     tokenizer = load_tokenizer(target)
     torch.set_grad_enabled(False)
-    return Engine(runner=runner, drafter=drafter, tokenizer=tokenizer, spec=spec, model_path=target, draft_path=draft)
+    return ReferenceEngine(
+        runner=runner, drafter=drafter, tokenizer=tokenizer, spec=spec, model_path=target, draft_path=draft
+    )

@@ -15,8 +15,11 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from ..core.hybrid import conv_window_index, gated_delta_tree, l2norm, tree_causal_conv, window_after
+from ..core.hybrid import conv_window_index, l2norm, window_after
 from ..errors import ModelLoadError
+from ..kernels.gdn_tree import gated_delta_tree, tree_causal_conv
+from ..kernels.tree_mask import ancestor_mask
+from .rotary import apply_rotary
 
 SUPPORTED_MODEL_TYPES = ("qwen3", "qwen3_next")
 
@@ -132,12 +135,8 @@ class TargetRunner:
         gdn_parents = parent_list if hybrid_parents is None else hybrid_parents.tolist()
         positions = (depths + cache.length).to(self.device)
         # Ancestor-only mask over [cache, nodes]: every committed token is visible.
-        tree_mask = torch.zeros(n, n, dtype=torch.bool)
-        for i, p in enumerate(parent_list):
-            if p >= 0:
-                tree_mask[i] = tree_mask[p]
-            tree_mask[i, i] = True
-        mask = torch.cat([torch.ones(n, cache.length, dtype=torch.bool), tree_mask], dim=1).to(self.device)
+        visible = torch.ones(n, cache.length, dtype=torch.bool)
+        mask = torch.cat([visible, ancestor_mask(parent_list)], dim=1).to(self.device)
 
         h = self.body.embed_tokens(tokens).unsqueeze(0)  # [1, T, hidden]
         cos, sin = self.body.rotary_emb(h, positions.unsqueeze(0))
@@ -179,7 +178,7 @@ class TargetRunner:
         q = attn.q_norm(q).transpose(1, 2)  # [1, H, T, D]
         k = attn.k_norm(attn.k_proj(x).view(1, t, -1, head_dim)).transpose(1, 2)
         v = attn.v_proj(x).view(1, t, -1, head_dim).transpose(1, 2)
-        q, k = _apply_rotary(q, k, cos, sin)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         keys = torch.cat([layer_cache.k, k[0]], dim=1)  # [Hkv, S+T, D]
         values = torch.cat([layer_cache.v, v[0]], dim=1)
         groups = q.shape[1] // keys.shape[0]
@@ -241,19 +240,3 @@ class TargetRunner:
                 )
                 layer_cache.state = (pend.states[0] if output.linear else pend.states[last]).clone()
         cache.length += len(path)
-
-
-def _apply_rotary(q, k, cos, sin):
-    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # [1, 1, T, D]
-
-    def rotate_half(x):
-        x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
-        return torch.cat((-x2, x1), dim=-1)
-
-    # Qwen3-Next uses partial rotary: only the first rot_dim channels rotate.
-    rot = cos.shape[-1]
-    q_rot, q_pass = q[..., :rot], q[..., rot:]
-    k_rot, k_pass = k[..., :rot], k[..., rot:]
-    q_rot = q_rot * cos + rotate_half(q_rot) * sin
-    k_rot = k_rot * cos + rotate_half(k_rot) * sin
-    return torch.cat([q_rot, q_pass], dim=-1), torch.cat([k_rot, k_pass], dim=-1)

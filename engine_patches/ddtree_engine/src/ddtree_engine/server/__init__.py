@@ -1,4 +1,4 @@
-"""OpenAI-compatible HTTP server over the reference engine (`ddtree-engine serve`)."""
+"""OpenAI-compatible HTTP server over any `types.Engine`; `ddtree-engine serve` runs it over the reference backend."""
 
 from .app import ServerSettings, create_app
 from .command import serve

@@ -1,4 +1,4 @@
-"""OpenAI-compatible HTTP server over the reference engine (batch size 1).
+"""OpenAI-compatible HTTP server over any `types.Engine` (batch size 1).
 
 The engine loads and warms up in a background thread so the port answers `/health` with 503 at
 once; generation runs in worker threads behind one lock because the engine is not thread-safe.
@@ -26,7 +26,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client.exposition import choose_encoder
 from pydantic import BaseModel, ConfigDict
 
-from ..reference.types import GenerationResult, SamplingParams
+from ..types import Engine, GenerationResult, SamplingParams, TokenCallback, Tokenizer, missing_engine_members
 from .metrics import ServerMetrics, metrics_registry
 from .text import CompletionText
 
@@ -76,15 +76,18 @@ def _error_body(message: str, kind: str, param: str | None = None, code: str | N
 class ServingRuntime:
     """The engine, its warm-up state, the request lock and the metrics."""
 
-    def __init__(self, engine_or_factory: Any, settings: ServerSettings) -> None:
+    def __init__(self, engine_or_factory: Engine | Callable[[], Engine], settings: ServerSettings) -> None:
         self.settings = settings
-        if hasattr(engine_or_factory, "generate") and not isinstance(engine_or_factory, type):
-            self._factory: Callable[[], Any] = lambda: engine_or_factory
+        if isinstance(engine_or_factory, Engine) and not isinstance(engine_or_factory, type):
+            self._factory: Callable[[], Engine] = lambda: engine_or_factory
         elif callable(engine_or_factory):  # a loader function, or an engine class
             self._factory = engine_or_factory
         else:
-            raise TypeError(f"expected an engine or a callable returning one, got {engine_or_factory!r}")
-        self.engine: Any = None
+            raise TypeError(
+                f"expected an engine or a callable returning one, got {engine_or_factory!r} "
+                f"(it lacks {', '.join(missing_engine_members(engine_or_factory))})"
+            )
+        self.engine: Engine | None = None
         self.info: dict[str, Any] = {}
         self.load_error: str | None = None
         self.load_exception: BaseException | None = None
@@ -102,7 +105,12 @@ class ServingRuntime:
         try:
             started = time.monotonic()
             engine = self._factory()
-            info = dict(engine.info())
+            if not isinstance(engine, Engine):
+                raise TypeError(
+                    f"the engine factory returned a {type(engine).__name__}, which is not an Engine: "
+                    f"it lacks {', '.join(missing_engine_members(engine))}"
+                )
+            info = dict(engine.server_info())
             if self.settings.warmup_delay_s > 0:
                 time.sleep(self.settings.warmup_delay_s)
             prompt_ids = list(engine.tokenizer.encode(WARMUP_PROMPT, add_special_tokens=False))
@@ -123,7 +131,7 @@ class ServingRuntime:
         self,
         prompt_ids: list[int],
         params: SamplingParams,
-        on_tokens: Callable[[list[int]], bool | None] | None = None,
+        on_tokens: TokenCallback | None = None,
     ) -> GenerationResult:
         """Run one request (blocking; call from a worker thread) and record its metrics."""
         with self._lock:
@@ -167,7 +175,7 @@ class PreparedRequest:
     include_usage: bool
 
 
-def _prompt_ids_for_completion(req: CompletionRequest, tokenizer: Any, vocab_size: int) -> list[int]:
+def _prompt_ids_for_completion(req: CompletionRequest, tokenizer: Tokenizer, vocab_size: int) -> list[int]:
     prompt: Any = req.prompt
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
         if len(prompt) != 1:
@@ -195,7 +203,7 @@ def _message_text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
-def _prompt_ids_for_chat(req: ChatCompletionRequest, tokenizer: Any) -> list[int]:
+def _prompt_ids_for_chat(req: ChatCompletionRequest, engine: Engine) -> list[int]:
     if not req.messages:
         raise ApiError(400, "messages is empty: send at least one message", "messages")
     messages = []
@@ -203,15 +211,14 @@ def _prompt_ids_for_chat(req: ChatCompletionRequest, tokenizer: Any) -> list[int
         if "role" not in m:
             raise ApiError(400, f"messages[{i}] has no 'role'", "messages")
         messages.append({"role": m["role"], "content": _message_text(m.get("content"))})
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    ids = list(tokenizer.encode(text, add_special_tokens=False))
+    ids = engine.chat_prompt_ids(messages)
     if not ids:
         raise ApiError(400, "the chat template produced an empty prompt", "messages")
     return ids
 
 
 def _prepare(
-    req: _OpenAIRequest, prompt_ids: list[int], max_tokens: int | None, default_max: int, tokenizer: Any
+    req: _OpenAIRequest, prompt_ids: list[int], max_tokens: int | None, default_max: int, tokenizer: Tokenizer
 ) -> PreparedRequest:
     if max_tokens is None:
         max_tokens = default_max
@@ -275,12 +282,12 @@ def _sse(payload: dict | str) -> str:
 # ---- the app --------------------------------------------------------------------------------
 
 
-def create_app(engine_or_factory: Any, settings: ServerSettings | None = None) -> FastAPI:
+def create_app(engine_or_factory: Engine | Callable[[], Engine], settings: ServerSettings | None = None) -> FastAPI:
     """Build the FastAPI app.
 
     Args:
-        engine_or_factory: a loaded engine (anything with `generate`, `info`, `tokenizer`) or a
-            no-argument callable that loads one; it is called in a background thread at startup.
+        engine_or_factory: a loaded `types.Engine`, or a no-argument callable that loads one; it
+            is called in a background thread at startup.
         settings: host/port (reported only), model name, API key, metrics log interval.
 
     Returns:
@@ -317,7 +324,7 @@ def create_app(engine_or_factory: Any, settings: ServerSettings | None = None) -
         )
         return JSONResponse(_error_body(f"invalid request: {problems}", "invalid_request_error"), status_code=400)
 
-    def require_ready(request: Request) -> Any:
+    def require_ready(request: Request) -> Engine:
         if settings.api_key is not None:
             header = request.headers.get("authorization", "")
             given = header[7:] if header.lower().startswith("bearer ") else ""
@@ -385,7 +392,7 @@ def create_app(engine_or_factory: Any, settings: ServerSettings | None = None) -
     @app.post("/v1/chat/completions")
     async def chat_completions(req: ChatCompletionRequest, request: Request):
         engine = require_ready(request)
-        prompt_ids = _prompt_ids_for_chat(req, engine.tokenizer)
+        prompt_ids = _prompt_ids_for_chat(req, engine)
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         prepared = _prepare(req, prompt_ids, max_tokens, DEFAULT_CHAT_MAX_TOKENS, engine.tokenizer)
         return await _respond(runtime, prepared, engine.tokenizer, "chat")
@@ -393,12 +400,12 @@ def create_app(engine_or_factory: Any, settings: ServerSettings | None = None) -
     return app
 
 
-def _vocab_size(engine: Any) -> int:
+def _vocab_size(engine: Engine) -> int:
     return len(engine.tokenizer)
 
 
 async def _respond(
-    runtime: ServingRuntime, prepared: PreparedRequest, tokenizer: Any, kind: Literal["completion", "chat"]
+    runtime: ServingRuntime, prepared: PreparedRequest, tokenizer: Tokenizer, kind: Literal["completion", "chat"]
 ):
     model = runtime.settings.served_model_name
     request_id = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
@@ -443,7 +450,7 @@ def _generate_or_400(runtime: ServingRuntime, prepared: PreparedRequest, on_toke
 async def _stream(
     runtime: ServingRuntime,
     prepared: PreparedRequest,
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     kind: Literal["completion", "chat"],
     request_id: str,
     created: int,
@@ -485,7 +492,7 @@ async def _stream(
 
 async def _stream_events(
     events: asyncio.Queue,
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     prepared: PreparedRequest,
     kind: Literal["completion", "chat"],
     request_id: str,

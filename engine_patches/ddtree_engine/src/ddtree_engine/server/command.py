@@ -10,6 +10,7 @@ import sys
 import click
 
 from ..cli_options import spec_from_options, spec_options
+from ..types import Engine
 from .app import ServerSettings, create_app, served_model_name_for
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -99,7 +100,9 @@ def serve(
         level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
 
-    def load():
+    def load() -> Engine:
+        # Deferred on purpose: the backend (torch, transformers) loads in the server's loading
+        # thread, after the port is bound and answers /health with 503.
         from ..reference.engine import load_engine
 
         return load_engine(target, draft, spec, device=device, dtype=dtype)

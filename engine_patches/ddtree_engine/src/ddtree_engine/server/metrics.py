@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from ..reference.types import GenerationResult, StepStats
+from ..types import GenerationResult, StepStats
 
 JOURNAL_PREFIX = "DDTREE metrics:"
 
