@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from ddtree_engine.reference.engine import load_engine  # noqa: E402
 from ddtree_engine.types import SamplingParams, SpeculativeConfig  # noqa: E402
-from ddtree_ops.prompts import PROMPT_SETS  # noqa: E402
+from ddtree_ops.compare.prompts import PROMPT_SETS  # noqa: E402
 
 SETS = ("builtin", "heldout-templates", "heldout-novel")
 ARMS = {

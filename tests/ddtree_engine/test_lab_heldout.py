@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from ddtree_engine.reference.tokenizer import SPECIAL_TOKENS, build_byte_tokenizer
-from ddtree_ops.prompts import BUILTIN_PROMPTS, HELDOUT_NOVEL_PROMPTS, HELDOUT_TEMPLATE_PROMPTS
+from ddtree_ops.compare.prompts import BUILTIN_PROMPTS, HELDOUT_NOVEL_PROMPTS, HELDOUT_TEMPLATE_PROMPTS
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN_LOG = ROOT / "training" / "lab_pair_train_log.json"

@@ -2,6 +2,7 @@
 
 import socket
 
+import click
 import pytest
 from click.testing import CliRunner
 from ddtree_engine.cli import cli
@@ -77,3 +78,21 @@ def test_bind_listen_socket_binds_a_free_port_and_refuses_a_taken_one(held_port)
 def test_served_model_name_defaults_to_the_target_directory_name():
     assert served_model_name_for("lab") == "lab"
     assert served_model_name_for("/models/Qwen3.5-27B/") == "Qwen3.5-27B"
+
+
+def test_listen_url_is_the_bound_address_with_ipv6_in_brackets():
+    from ddtree_engine.server.command import listen_url
+
+    sock = bind_listen_socket("127.0.0.1", 0)
+    try:
+        assert listen_url(sock) == f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        sock.close()
+    try:
+        sock = bind_listen_socket("::1", 0)
+    except (click.UsageError, OSError):
+        pytest.skip("no IPv6 loopback on this machine (the IPv4 case above ran)")
+    try:
+        assert listen_url(sock) == f"http://[::1]:{sock.getsockname()[1]}"
+    finally:
+        sock.close()

@@ -232,3 +232,25 @@ def test_a_model_that_does_not_load_exits_non_zero_with_the_error(tmp_path):
     assert proc.returncode != 0
     assert "the engine failed to load" in proc.stderr
     assert str(empty) in proc.stderr
+
+
+def test_stderr_says_once_where_it_listens_and_shows_no_loading_bar(warm_server):
+    base, stderr_path, _proc = warm_server
+    log = stderr_path.read_text()
+    # Written at --log-level warning too: uvicorn says nothing about a socket handed to it.
+    expected = f"serving on {base} (model tiny-qwen3); /health answers 503 until the model is loaded and warm"
+    assert log.splitlines().count(expected) == 1, log
+    assert "Loading weights" not in log and "note: the lab pair" not in log, log
+
+
+def test_a_request_for_another_model_is_404_and_the_served_one_is_answered(api):
+    r = api.post("/v1/completions", json={"model": "gpt-4o", "prompt": "hi", "max_tokens": 2})
+    assert r.status_code == 404
+    assert r.json()["error"] == {
+        "message": "the model 'gpt-4o' does not exist: this server serves 'tiny-qwen3' (GET /v1/models lists it)",
+        "type": "invalid_request_error",
+        "param": "model",
+        "code": "model_not_found",
+    }
+    served = api.get("/v1/models").json()["data"][0]["id"]
+    assert api.post("/v1/completions", json={"model": served, "prompt": "hi", "max_tokens": 2}).status_code == 200

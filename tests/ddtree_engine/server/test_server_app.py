@@ -397,3 +397,37 @@ def test_a_factory_that_returns_no_engine_fails_the_load_with_what_is_missing():
 def test_create_app_refuses_what_is_neither_an_engine_nor_a_factory():
     with pytest.raises(TypeError, match="expected an engine or a callable returning one, got 42"):
         create_app(42)
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/completions", {"prompt": "hi", "max_tokens": 2}),
+        ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "stream": True}),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}),
+    ],
+)
+def test_a_model_the_server_does_not_serve_is_404_model_not_found(client, path, body):
+    r = client.post(path, json={**body, "model": "gpt-4o", "temperature": 0})
+    assert r.status_code == 404
+    assert r.headers["content-type"].startswith("application/json")  # not an event stream, even for stream=True
+    assert r.json() == {
+        "error": {
+            "message": "the model 'gpt-4o' does not exist: this server serves 'tiny' (GET /v1/models lists it)",
+            "type": "invalid_request_error",
+            "param": "model",
+            "code": "model_not_found",
+        }
+    }
+
+
+def test_the_served_name_the_target_path_or_no_model_are_served(client, server_engine):
+    plain = complete(client)  # no "model": OpenAI requires one, vLLM serves its only model; so do we
+    for model in ("tiny", server_engine.model_path):
+        body = complete(client, model=model)
+        assert body["model"] == "tiny" and body["ddtree"] == plain["ddtree"]
+    r = client.post("/v1/chat/completions", json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+                                                  "max_tokens": 2, "temperature": 0})
+    assert r.status_code == 200, r.text
+    # Close is not equal: a differently spelt name is refused like any other.
+    assert client.post("/v1/completions", json={"model": "Tiny", "prompt": "hi", "max_tokens": 2}).status_code == 404

@@ -4,6 +4,8 @@ that turn a bad directory into one clear message; and the tiny random pairs for 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -57,6 +59,29 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+@contextmanager
+def quiet_weight_loading() -> Iterator[None]:
+    """Silence transformers' "Loading weights" progress bar for the loads inside this block.
+
+    A hook on transformers' own tqdm factory, installed for the block and then replaced by the
+    hook that was there before: `logging.disable_progress_bar()` would also switch off
+    huggingface_hub's bars for the rest of the caller's process, and re-enabling them after
+    would override a choice the caller made. Bars created by other threads during the block
+    are silenced too (the hook is process-wide while it is installed).
+    """
+    from transformers.utils import logging as hf_logging
+
+    def no_bar(factory, args, kwargs):
+        kwargs = {**kwargs, "disable": True}
+        return previous(factory, args, kwargs) if previous is not None else factory(*args, **kwargs)
+
+    previous = hf_logging.set_tqdm_hook(no_bar)
+    try:
+        yield
+    finally:
+        hf_logging.set_tqdm_hook(previous)
+
+
 def load_target(name_or_path: str, device: torch.device, dtype: torch.dtype):
     """A `*ForCausalLM` in eval mode."""
     from transformers import AutoModelForCausalLM
@@ -66,7 +91,8 @@ def load_target(name_or_path: str, device: torch.device, dtype: torch.dtype):
     if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")):
         raise ModelLoadError(f"target model directory {path} has no weights (*.safetensors)")
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+        with quiet_weight_loading():
+            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
     except (OSError, ValueError, KeyError, RuntimeError) as err:
         raise ModelLoadError(
             f"could not load the target from {path} (model_type {config.get('model_type')!r}): {err}"

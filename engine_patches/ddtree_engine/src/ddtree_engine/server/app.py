@@ -306,7 +306,12 @@ def create_app(engine_or_factory: Engine | Callable[[], Engine], settings: Serve
 
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
-        kinds = {400: "invalid_request_error", 401: "invalid_request_error", 503: "service_unavailable"}
+        kinds = {
+            400: "invalid_request_error",
+            401: "invalid_request_error",
+            404: "invalid_request_error",
+            503: "service_unavailable",
+        }
         return JSONResponse(
             _error_body(exc.message, kinds.get(exc.status, "server_error"), exc.param, exc.code),
             status_code=exc.status,
@@ -336,6 +341,22 @@ def create_app(engine_or_factory: Engine | Callable[[], Engine], settings: Serve
             state = f"failed to load: {runtime.load_error}" if runtime.load_error else "warming up"
             raise ApiError(503, f"the model is not ready ({state}); poll /health until it returns 200")
         return runtime.engine
+
+    def require_served_model(model: str | None) -> None:
+        # As OpenAI and vLLM answer an unknown model: 404 `model_not_found`. Omitting `model`
+        # stays allowed (vLLM serves its one model then; the ids used to be accepted unchecked).
+        # The target path (the `root` /v1/models lists) is accepted too: vLLM's default id.
+        if model is None:
+            return
+        known = [settings.served_model_name, runtime.info.get("model_path")]
+        if model not in [k for k in known if k]:
+            raise ApiError(
+                404,
+                f"the model {model!r} does not exist: this server serves {settings.served_model_name!r} "
+                "(GET /v1/models lists it)",
+                "model",
+                "model_not_found",
+            )
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -385,6 +406,7 @@ def create_app(engine_or_factory: Engine | Callable[[], Engine], settings: Serve
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request):
         engine = require_ready(request)
+        require_served_model(req.model)
         prompt_ids = _prompt_ids_for_completion(req, engine.tokenizer, _vocab_size(engine))
         prepared = _prepare(req, prompt_ids, req.max_tokens, DEFAULT_COMPLETION_MAX_TOKENS, engine.tokenizer)
         return await _respond(runtime, prepared, engine.tokenizer, "completion")
@@ -392,6 +414,7 @@ def create_app(engine_or_factory: Engine | Callable[[], Engine], settings: Serve
     @app.post("/v1/chat/completions")
     async def chat_completions(req: ChatCompletionRequest, request: Request):
         engine = require_ready(request)
+        require_served_model(req.model)
         prompt_ids = _prompt_ids_for_chat(req, engine)
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         prepared = _prepare(req, prompt_ids, max_tokens, DEFAULT_CHAT_MAX_TOKENS, engine.tokenizer)

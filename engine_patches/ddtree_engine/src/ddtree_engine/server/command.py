@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from ..cli_options import spec_from_options, spec_options
+from ..cli_options import help_epilog, lab_pair_note, spec_from_options, spec_options
 from ..types import Engine
 from .app import ServerSettings, create_app, served_model_name_for
 
@@ -44,10 +44,58 @@ def bind_listen_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-@click.command()
+def listen_url(sock: socket.socket) -> str:
+    """The http URL a bound socket answers on, IPv6 hosts in brackets (RFC 3986).
+
+    Args:
+        sock: the bound listening socket (its real port, not the one asked for).
+
+    Returns:
+        e.g. `http://127.0.0.1:30000` or `http://[::1]:30000`.
+    """
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def serving_line(url: str, model_name: str) -> str:
+    """The one line `serve` writes to stderr once uvicorn listens on the socket."""
+    return f"serving on {url} (model {model_name}); /health answers 503 until the model is loaded and warm"
+
+
+def _listening_server(config, announce: str):
+    """A uvicorn.Server that writes `announce` to stderr once it accepts connections.
+
+    uvicorn logs "Uvicorn running on ..." only for addresses it binds itself; `serve` hands it
+    a socket bound before the model loads, so without this nothing says where it listens.
+    """
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets=None):
+            await super().startup(sockets=sockets)
+            if self.started:
+                # Printed, not logged: operators need it at every --log-level, like the journal lines.
+                print(announce, file=sys.stderr, flush=True)
+
+    return Server(config)
+
+
+@click.command(
+    epilog=help_epilog(
+        "ddtree-engine serve --target lab --draft lab --port 8000",
+        "ddtree-engine serve --target /models/Qwen3-8B --draft /models/Qwen3-8B-DFlash-b16 "
+        "--budget 15 --topk 8 --host 0.0.0.0 --port 30000 --served-model-name qwen3-8b",
+        "curl -s http://127.0.0.1:8000/health",
+        "curl -s http://127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' "
+        "-d '{\"model\": \"lab\", \"prompt\": \"def add(a, b):\", \"max_tokens\": 16}'",
+    ),
+)
 @spec_options
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=click.IntRange(1, 65535), default=30000, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0: every interface).")
+@click.option(
+    "--port", type=click.IntRange(1, 65535), default=30000, show_default=True,
+    help="TCP port; bound before the model loads, so a taken port fails at once (exit 2).",
+)
 @click.option(
     "--served-model-name", default=None, help="Model id in /v1/models [default: the target directory's name, or 'lab']."
 )
@@ -64,7 +112,10 @@ def bind_listen_socket(host: str, port: int) -> socket.socket:
     show_default=True,
     help="Verify steps per 'DDTREE metrics:' line on stderr.",
 )
-@click.option("--log-level", type=click.Choice(LOG_LEVELS), default="info", show_default=True)
+@click.option(
+    "--log-level", type=click.Choice(LOG_LEVELS), default="info", show_default=True,
+    help="Level of the server's and uvicorn's log on stderr (debug adds the access log).",
+)
 @click.option(
     "--warmup-delay",
     type=click.FloatRange(min=0),
@@ -91,7 +142,12 @@ def serve(
     log_level: str,
     warmup_delay: float,
 ) -> None:
-    """Serve the reference engine over an OpenAI-compatible HTTP API."""
+    """Serve the reference engine over an OpenAI-compatible HTTP API.
+
+    Writes `serving on URL (model NAME)` to stderr once it listens; /health answers 503 until
+    the model is loaded and warm. Requests naming another "model" than NAME (or the target
+    path) get 404; requests without one are served.
+    """
     import uvicorn
 
     spec = spec_from_options(algorithm, budget, topk, spine_depth, hybrid_mode, allow_hybrid_unsafe, draft)
@@ -113,17 +169,22 @@ def serve(
         if server is not None:
             server.should_exit = True
 
+    model_name = served_model_name or served_model_name_for(target)
+    note = lab_pair_note(target)
+    if note:
+        click.echo(note, err=True)
     settings = ServerSettings(
         host=host,
         port=port,
-        served_model_name=served_model_name or served_model_name_for(target),
+        served_model_name=model_name,
         api_key=api_key or None,
         metrics_log_interval=metrics_log_interval,
         warmup_delay_s=warmup_delay,
         on_load_failure=stop_on_load_failure,
     )
     app = create_app(load, settings)
-    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, access_log=log_level == "debug"))
+    config = uvicorn.Config(app, log_level=log_level, access_log=log_level == "debug")
+    server = _listening_server(config, serving_line(listen_url(sock), model_name))
     server.run(sockets=[sock])
     runtime = app.state.runtime
     if runtime.load_exception is not None:
