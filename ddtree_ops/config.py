@@ -6,12 +6,15 @@ Errors name the key (`services[1].port`) and say how to fix it.
 
 from __future__ import annotations
 
+import difflib
 import os
+import typing
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from . import knowledge
 from .exceptions import ConfigError
@@ -122,38 +125,29 @@ class Project(_Strict):
     services: list[Service] = Field(min_length=1)
     deploy: DeploySettings = DeploySettings()
 
-    @field_validator("hosts")
+    @model_validator(mode="wrap")
     @classmethod
-    def _unique_hosts(cls, hosts: list[Host]) -> list[Host]:
-        _ensure_unique([h.name for h in hosts], "hosts", "name")
-        return hosts
+    def _every_problem_at_once(cls, data: Any, handler) -> Project:
+        """Field errors and the checks across sections (ports, GPUs, host names), in one report.
 
-    @model_validator(mode="after")
-    def _cross_checks(self) -> Project:
-        _ensure_unique([s.name for s in self.services], "services", "name")
-        host_names = {h.name for h in self.hosts}
-        seen_ports: dict[tuple[str, int], str] = {}
-        for i, service in enumerate(self.services):
-            for host in self.hosts_of(service):
-                key = (host.name, service.port)
-                if key in seen_ports:
-                    raise ValueError(
-                        f"services[{i}].port: port {service.port} is used twice on host {host.name!r} "
-                        f"(services {seen_ports[key]!r} and {service.name!r}); give each service its own port"
-                    )
-                seen_ports[key] = service.name
-                for gpu in service.gpus:
-                    if host.gpus and gpu >= len(host.gpus):
-                        raise ValueError(
-                            f"services[{i}].gpus: GPU index {gpu} does not exist on host {host.name!r}, "
-                            f"which lists {len(host.gpus)} GPU(s)"
-                        )
-            for name in service.hosts or []:
-                if name not in host_names:
-                    raise ValueError(
-                        f"services[{i}].hosts: unknown host {name!r}; known hosts: {sorted(host_names)}"
-                    )
-        return self
+        An `after` validator would only run once every field is valid, so a port clash would show up
+        only after the other errors were fixed, and with no path. These checks read the raw document
+        leniently instead (a malformed entry is skipped: its field errors already name it).
+        """
+        try:
+            project, field_errors = handler(data), []
+        except ValidationError as err:
+            project, field_errors = None, err.errors()
+        document = project.model_dump() if project is not None else data
+        cross = cross_section_problems(document) if isinstance(document, dict) else []
+        if not field_errors and not cross:
+            return project
+        line_errors = [_reraised(e) for e in field_errors]
+        line_errors += [
+            InitErrorDetails(type=PydanticCustomError("cross_section", "{message}", {"message": msg}), loc=loc, input=None)
+            for loc, msg in cross
+        ]
+        raise ValidationError.from_exception_data(cls.__name__, line_errors)
 
     def hosts_of(self, service: Service) -> list[Host]:
         """The hosts a service runs on."""
@@ -184,12 +178,76 @@ class Project(_Strict):
         return [h for h in self.hosts if h.name in names]
 
 
-def _ensure_unique(names: list[str], section: str, key: str) -> None:
-    seen: set[str] = set()
-    for i, name in enumerate(names):
-        if name in seen:
-            raise ValueError(f"{section}[{i}].{key}: {name!r} appears twice; names must be unique")
-        seen.add(name)
+def _reraised(error: dict) -> InitErrorDetails:
+    """A pydantic error dict back into a line error (value errors keep their message, not the exception)."""
+    if error["type"] in ("value_error", "assertion_error"):
+        message = error["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        return InitErrorDetails(type=PydanticCustomError(error["type"], "{message}", {"message": message}), loc=error["loc"], input=error.get("input"))
+    return InitErrorDetails(type=error["type"], loc=error["loc"], input=error.get("input"), ctx=error.get("ctx") or {})
+
+
+def _entries(document: dict, section: str) -> list[tuple[int, dict]]:
+    value = document.get(section)
+    return [(i, e) for i, e in enumerate(value) if isinstance(e, dict)] if isinstance(value, list) else []
+
+
+def cross_section_problems(document: dict) -> list[tuple[tuple, str]]:
+    """What no single section can check: duplicate host and service names, unknown hosts in `services[].hosts`,
+    two services on one port of one host, and GPU indexes a host does not list.
+
+    Args:
+        document: the project document, raw (malformed entries are skipped) or a validated model's dump.
+    Returns:
+        (location, message) pairs, in document order; empty when all is well.
+    """
+    problems: list[tuple[tuple, str]] = []
+    hosts: dict[str, tuple[int, object]] = {}
+    for i, host in _entries(document, "hosts"):
+        if isinstance(host.get("name"), str):
+            if host["name"] in hosts:
+                problems.append((("hosts", i, "name"), f"{host['name']!r} appears twice; names must be unique"))
+            hosts.setdefault(host["name"], (i, host.get("gpus", [])))
+    seen_names: set[str] = set()
+    seen_ports: dict[tuple[str, int], str] = {}
+    for i, service in _entries(document, "services"):
+        name = service.get("name")
+        if isinstance(name, str):
+            if name in seen_names:
+                problems.append((("services", i, "name"), f"{name!r} appears twice; names must be unique"))
+            seen_names.add(name)
+        on = service.get("hosts")
+        if isinstance(on, list):
+            unknown = [h for h in on if isinstance(h, str) and h not in hosts]
+            if unknown:
+                problems.append((("services", i, "hosts"), f"unknown host(s) {', '.join(map(repr, unknown))}; known hosts: {sorted(hosts)}"))
+            on = [h for h in on if h in hosts]
+        elif on is None:
+            on = list(hosts)
+        else:
+            continue  # a malformed `hosts` has its own field error
+        port = service.get("port")
+        for host in on:
+            if isinstance(port, int) and not isinstance(port, bool):
+                other = seen_ports.setdefault((host, port), str(name))
+                if other != str(name):
+                    problems.append((("services", i, "port"), f"port {port} is used twice on host {host!r} (services "
+                                     f"{other!r} and {name!r}); give each service its own port"))  # fmt: skip
+            problems += _gpu_problems(i, service.get("gpus"), host, *hosts[host])
+    return problems
+
+
+def _gpu_problems(i: int, pinned: object, host: str, host_index: int, host_gpus: object) -> list[tuple[tuple, str]]:
+    if not isinstance(pinned, list) or not pinned or not isinstance(host_gpus, list):
+        return []
+    where = ("services", i, "gpus")
+    if not host_gpus:
+        return [(where, f"pins GPU(s) {pinned}, but host {host!r} lists no GPU: add its GPU UUIDs in index order to "
+                 f"hosts[{host_index}].gpus (`nvidia-smi -L` on the host), or remove services[{i}].gpus")]  # fmt: skip
+    missing = [g for g in pinned if isinstance(g, int) and not 0 <= g < len(host_gpus)]
+    if missing:
+        return [(where, f"GPU index(es) {missing} do(es) not exist on host {host!r}, which lists {len(host_gpus)} GPU(s) "
+                 f"(indexes 0..{len(host_gpus) - 1} of hosts[{host_index}].gpus)")]  # fmt: skip
+    return []
 
 
 def resolve_config_path(explicit: str | os.PathLike | None) -> Path:
@@ -211,16 +269,63 @@ def _format_location(loc: tuple) -> str:
     return out
 
 
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    """The model class whose keys live at `loc` (list indexes skipped), starting from Project."""
+    model: type[BaseModel] = Project
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return None
+        inner = [a for a in _flatten(field.annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not inner:
+            return None
+        model = inner[0]
+    return model
+
+
+def _flatten(annotation: object) -> list[object]:
+    args = typing.get_args(annotation)
+    return [annotation] if not args else [a for arg in args for a in _flatten(arg)]
+
+
+def unknown_key_message(loc: tuple) -> str:
+    """`unknown key 'health_timout_s': did you mean 'health_timeout_s'?`, or the keys allowed there.
+
+    Args:
+        loc: the pydantic location of the unknown key (its last part is the key).
+    Returns:
+        the message, with the closest allowed key when one is close enough.
+    """
+    key = str(loc[-1])
+    model = _model_at(loc[:-1])
+    allowed = list(model.model_fields) if model is not None else []
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+    if close:
+        return f"unknown key {key!r}: did you mean {close[0]!r}?"
+    listed = f"; the keys here are: {', '.join(allowed)}" if allowed else ""
+    return f"unknown key {key!r}: remove it or check its spelling{listed}"
+
+
 def format_validation_error(err: ValidationError, source: str) -> str:
+    """Every problem of one project file, one line each: `  - services[1].port: <message and fix>`.
+
+    Args:
+        err: pydantic's error for the whole document.
+        source: the file's path (or a description), named in the first line.
+    Returns:
+        the text of the ConfigError.
+    """
     lines = [f"{source}: {err.error_count()} problem(s) in the project file:"]
     for e in err.errors():
-        loc = _format_location(tuple(p for p in e["loc"] if not str(p).startswith("function-after")))
+        loc = tuple(p for p in e["loc"] if not str(p).startswith("function-"))
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
-            msg = f"unknown key {loc.rsplit('.', 1)[-1]!r}: remove it or check its spelling"
+            msg = unknown_key_message(loc)
         elif e["type"] == "missing":
             msg = "required key is missing: add it"
-        lines.append(f"  - {loc or '(top level)'}: {msg}")
+        lines.append(f"  - {_format_location(loc) or '(top level)'}: {msg}")
     return "\n".join(lines)
 
 
@@ -242,8 +347,43 @@ def load_project(path: str | os.PathLike | None = None) -> Project:
             f"no project file at {p}: pass -c PATH, set ${CONFIG_ENV}, run `ddtree-ops init` to write one, "
             "or `ddtree-ops lab up` for a local lab"
         )
+    text = p.read_text()
     try:
-        data = yaml.safe_load(p.read_text())
+        data = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise ConfigError(f"{p}: not valid YAML: {err}") from None
+        raise ConfigError(yaml_error_message(err, p, text)) from None
     return parse_project(data, str(p))
+
+
+def yaml_error_message(err: yaml.YAMLError, path: str | os.PathLike, text: str) -> str:
+    """`ddtree.yaml:7:3: not valid YAML: <problem>`, the offending line quoted with a caret under the column.
+
+    PyYAML names the stream `<unicode string>` when it parses text; this names the file instead.
+
+    Args:
+        err: what yaml.safe_load raised.
+        path: the file the text came from.
+        text: the file's text (to quote the line).
+    Returns:
+        the message of the ConfigError.
+    """
+    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    context = getattr(err, "context", None)
+    if mark is None:
+        return f"{path}: not valid YAML: {problem}"
+    line, column = mark.line + 1, mark.column + 1
+    message = f"{path}:{line}:{column}: not valid YAML: {problem}"
+    context_mark = getattr(err, "context_mark", None)
+    if context and context_mark is not None and context_mark.line != mark.line:
+        message += f" ({context} at line {context_mark.line + 1})"
+    elif context:
+        message += f" ({context})"
+    lines = text.splitlines()
+    if 0 < line <= len(lines):
+        source_line = lines[line - 1]
+        quoted = source_line.replace("\t", " ")  # one column per tab, so the caret stays under it
+        message += f"\n  {line:>4} | {quoted}\n       | {' ' * mark.column}^"
+        if "\t" in source_line:
+            message += "\n  YAML indents with spaces, not tabs"
+    return message

@@ -1,7 +1,8 @@
 """The `ddtree-ops` command: thin click commands that parse, call a library function, and render.
 
 Commands are registered here, explicitly: a command module that is missing or broken fails the
-import of the CLI (and so every test), instead of silently dropping its command.
+import of the CLI (and so every test), instead of silently dropping its command. They are listed
+in `--help` in the order they are registered, which is the order of the flow.
 """
 
 from __future__ import annotations
@@ -12,40 +13,60 @@ import sys
 import click
 
 from . import compare, deploy, doctor, health, init_cmd, lab, provision
-from .common import DdtreeGroup
+from .common import DdtreeGroup, config_option, with_config_option
 
+# The order of the flow: what a new user runs first comes first in `ddtree-ops --help`.
 COMMANDS: tuple[click.Command, ...] = (
     init_cmd.init,
     lab.lab,
+    doctor.doctor,
     provision.provision,
     deploy.deploy,
-    deploy.rollback,
-    deploy.undeploy,
     health.healthcheck,
     compare.compare,
-    doctor.doctor,
+    deploy.rollback,
+    deploy.undeploy,
 )
+# Every command that reads the project file takes `-c FILE` after its name too (`init` takes it itself:
+# the file it writes); `lab` makes its own project file, so it takes none.
+READS_PROJECT = ("doctor", "provision", "deploy", "healthcheck", "compare", "rollback", "undeploy")
 
 
 @click.group(cls=DdtreeGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "-c",
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Project file (default: $DDTREE_CONFIG, else ./ddtree.yaml).",
-)
+@config_option
 @click.version_option(package_name="ddtree-ops")
 @click.pass_context
-def cli(ctx: click.Context, config_path: str | None) -> None:
-    """Provision, deploy, health-check and compare DDTree speculative decoding on GPU hosts."""
+def cli(ctx: click.Context) -> None:
+    """Provision, deploy, health-check and compare DDTree speculative decoding on GPU hosts.
+
+    Every command reads one project file: -c FILE (before or after the command name), else
+    $DDTREE_CONFIG, else ./ddtree.yaml, else the default lab's. Commands are listed in the
+    order of the flow; `ddtree-ops COMMAND --help` shows each one's options and examples.
+
+    \b
+    Examples:
+      ddtree-ops init                          # write an annotated ./ddtree.yaml, then edit it
+      ddtree-ops lab up                        # or: two local Docker hosts and their ddtree.yaml
+      ddtree-ops doctor                        # this machine and every host: tools, SSH, probe, lock
+      ddtree-ops provision --plan              # the lock each host would get; changes nothing
+      ddtree-ops provision                     # build the engine env on every host
+      ddtree-ops deploy --budget 15 --topk 8   # roll the services out, gated on /health
+      ddtree-ops healthcheck                   # every service: unit, HTTP, a generation, acceptance
+      ddtree-ops compare --runs 3              # baseline vs tree on the same prompts
+      ddtree-ops doctor -c prod.yaml --hosts gpu-1,gpu-2
+
+    \b
+    Exit codes:
+      0  ok
+      1  a host or a check failed
+      2  bad input (project file, arguments): named with its fix; no host was touched
+    """
     # `obj` may arrive with seams (tests: `CliRunner().invoke(cli, args, obj={"seams": Seams(...)})`).
-    ctx.ensure_object(dict)["config_path"] = config_path
+    ctx.ensure_object(dict)
 
 
 for _command in COMMANDS:
-    cli.add_command(_command)
+    cli.add_command(with_config_option(_command) if _command.name in READS_PROJECT else _command)
 
 
 def _log_to_stderr() -> None:

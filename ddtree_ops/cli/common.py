@@ -1,4 +1,5 @@
-"""What every command shares: loading the project file, JSON output, errors to exit codes."""
+"""What every command shares: the project file (`-c`, before or after the command), `--hosts`, JSON
+output, errors to exit codes, the order commands are listed in."""
 
 from __future__ import annotations
 
@@ -21,13 +22,17 @@ from ..exceptions import ConfigError, DdtreeOpsError
 from ..hosts.ansible import run_playbook
 from ..hosts.ssh import SSH, Transport
 from ..lab.identity import CONFIG_NAME, MARKER, default_lab_dir
+from . import envelope
 
 
 @contextmanager
 def live_table(first: Table) -> Iterator[Callable[[Table], None]]:
     """The CLI's Ansible Display: the per-host progress table, redrawn in place on stderr."""
-    with Live(first, console=Console(stderr=True), refresh_per_second=4, transient=False) as live:
+    console = Console(stderr=True)
+    with Live(first, console=console, refresh_per_second=4, transient=False) as live:
         yield live.update
+    if not console.is_terminal:
+        console.line()  # rich ends the last frame without a newline when stderr is not a terminal
 
 
 @dataclass(frozen=True)
@@ -89,29 +94,176 @@ def project_path(explicit: str | None) -> Path:
     )
 
 
+CONFIG_KEY = "ddtree_ops.config_path"  # in the root context's `meta`: fresh for every invocation
+CONFIG_HELP = (
+    "Project file (default: $DDTREE_CONFIG, else ./ddtree.yaml, else the default lab's). "
+    "Accepted before or after the command name."
+)
+
+
+def _remember_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """`-c` may come before the command (`ddtree-ops -c F doctor`) or after it (`ddtree-ops doctor -c F`):
+    both land in one place, with the same precedence; two different files are a usage error."""
+    if value is None:
+        return None
+    meta = ctx.find_root().meta
+    earlier = meta.get(CONFIG_KEY)
+    if earlier is not None and Path(earlier) != Path(value):
+        raise click.UsageError(f"-c/--config given twice with different files ({earlier} and {value}): give one", ctx=ctx)
+    meta[CONFIG_KEY] = value
+    return value
+
+
+_CONFIG_DECLS = ("-c", "--config", "config_path")
+_CONFIG_ATTRS = dict(
+    type=click.Path(dir_okay=False), default=None, expose_value=False, callback=_remember_config, help=CONFIG_HELP, metavar="FILE"
+)
+
+
+def config_param() -> click.Option:
+    """The `-c/--config` option: it stores the path for `project_from` and passes nothing to the command."""
+    return click.Option(list(_CONFIG_DECLS), **_CONFIG_ATTRS)
+
+
+def config_option(f):
+    """Decorator: `-c/--config FILE` on a command function (the same option the group takes)."""
+    return click.option(*_CONFIG_DECLS, **_CONFIG_ATTRS)(f)
+
+
+def with_config_option(command: click.Command) -> click.Command:
+    """Give an already-built command the shared `-c/--config` option (once; idempotent).
+
+    Args:
+        command: a command that reads the project file.
+    Returns:
+        the same command.
+    """
+    if not any(p.name == "config_path" for p in command.params):
+        command.params.insert(0, config_param())
+    return command
+
+
 def project_from(ctx: click.Context) -> Project:
     """The validated project file for this invocation (raises ConfigError, exit 2); see `project_path`."""
-    root = ctx.find_root()
-    return load_project(project_path((root.obj or {}).get("config_path")))
+    return load_project(project_path(ctx.find_root().meta.get(CONFIG_KEY)))
+
+
+def next_step(ctx: click.Context, command: str, why: str = "") -> None:
+    """Suggest the command to run next, on stderr, with this invocation's `-c FILE` when one was given."""
+    config = ctx.find_root().meta.get(CONFIG_KEY)
+    with_config = command.replace("ddtree-ops ", f"ddtree-ops -c {config} ", 1) if config else command
+    click.echo(f"next: {with_config}" + (f"   ({why})" if why else ""), err=True)
+
+
+def split_names(values: tuple[str, ...] | list[str]) -> list[str]:
+    """`--hosts a,b --hosts c` -> ["a", "b", "c"] (duplicates dropped, order kept)."""
+    names = [n.strip() for v in values for n in v.split(",") if n.strip()]
+    return list(dict.fromkeys(names))
+
+
+def hosts_option(f):
+    """Decorator: `--hosts H1,H2` (repeatable, comma lists), passed to the command as `hosts`."""
+    return click.option(
+        "--hosts", "hosts", multiple=True, metavar="H1,H2",
+        help="Only these hosts (comma-separated or repeated; default: every host in the project file).",
+    )(f)  # fmt: skip
+
+
+class _DeprecatedArgument(click.Argument):
+    """An argument still accepted but no longer shown in the usage line."""
+
+    def get_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return []
+
+
+def positional_hosts_argument(f):
+    """Decorator: host names as arguments (`doctor gpu-1`), the form before `--hosts`; deprecated, kept
+    for one release so scripts keep working (each use says so on stderr). Passed as `positional_hosts`."""
+    return click.argument("positional_hosts", nargs=-1, cls=_DeprecatedArgument)(f)
+
+
+def hosts_from(command: str, option_values: tuple[str, ...], positional: tuple[str, ...]) -> list[str]:
+    """The host names of `--hosts`, plus any given the old positional way (with a deprecation note on stderr).
+
+    Args:
+        command: the command's name, for the note.
+        option_values: the `--hosts` values.
+        positional: host names given as arguments (deprecated).
+    Returns:
+        the names (empty: every host).
+    """
+    if positional:
+        click.echo(
+            f"deprecated: `{command} {' '.join(positional)}` — name hosts with `{command} --hosts {','.join(positional)}`; "
+            "host names as arguments stop working in the next release",
+            err=True,
+        )
+    return split_names(tuple(option_values) + tuple(positional))
+
+
+def _mark_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    # Remembered on the root so that an error ending the command is written as JSON too.
+    if value:
+        obj = ctx.find_root().ensure_object(dict)
+        obj[envelope.OBJ_JSON] = True
+        obj["json_command"] = envelope.command_name(ctx)
+    return value
 
 
 def json_option(f):
-    return click.option("json_", "--json", is_flag=True, help="Print one JSON document instead of a table.")(f)
+    return click.option(
+        "json_", "--json", is_flag=True, callback=_mark_json,
+        help="Print one JSON document (the common envelope: README \"JSON output\") instead of a table.",
+    )(f)  # fmt: skip
 
 
 def emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+    """Write `data` as the command's one JSON document, in the common envelope (`envelope.envelope`)."""
+    ctx = click.get_current_context()
+    root = ctx.find_root().ensure_object(dict)
+    root[envelope.OBJ_EMITTED] = True
+    click.echo(json.dumps(envelope.envelope(data, envelope.command_name(ctx)), indent=2, default=str))
 
 
-class DdtreeGroup(click.Group):
-    """A click group that turns library exceptions into a message on stderr and their exit code.
+def _command_words(group: click.Group, tokens: list[str]) -> str:
+    # Which command the raw arguments name (`lab up`), for an error raised before it was parsed.
+    words, command = [], group
+    for token in tokens:
+        if not isinstance(command, click.Group) or token not in command.commands:
+            break
+        words.append(token)
+        command = command.commands[token]
+    return " ".join(words)
+
+
+class InOrderGroup(click.Group):
+    """A click group that lists its commands in the order they were added (the order of the flow:
+    `init, lab, doctor, provision, …`; `lab up, status, down`), not alphabetically."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)
+
+
+class DdtreeGroup(InOrderGroup):
+    """The root group: it turns library exceptions into a message on stderr and their exit code.
 
     Doing it here (not in `main`) means CliRunner tests see the same exit codes as users.
     """
 
     def invoke(self, ctx: click.Context):
+        obj = ctx.ensure_object(dict)
+        obj["raw_args"] = [*ctx._protected_args, *ctx.args]
         try:
             return super().invoke(ctx)
-        except DdtreeOpsError as err:
-            click.echo(f"error: {err}", err=True)
+        except (DdtreeOpsError, click.UsageError) as err:
+            # --json: one document on stdout, always; the error's own unless the command wrote one.
+            if envelope.asked_for_json(ctx) and not obj.get(envelope.OBJ_EMITTED):
+                command = obj.get("json_command") or _command_words(self, obj["raw_args"])
+                click.echo(json.dumps(envelope.error_document(command, err), indent=2))
+            elif isinstance(err, click.UsageError):
+                raise
+            if isinstance(err, click.UsageError):
+                err.show()
+            else:
+                click.echo(f"error: {err}", err=True)
             ctx.exit(err.exit_code)

@@ -13,7 +13,8 @@ from ..compare.report import ACCEPT_FOOTNOTE, TABLE_COLUMNS, fmt, table_rows
 from ..compare.run import CompareReport, default_out_dir, run_compare, write_compare_files
 from ..exceptions import CheckFailed, ConfigError
 from .common import emit_json, json_option, project_from, say
-from .health import console, split_names
+from .health import split_names
+from .render import console
 
 
 def check_out_dir(path) -> Path:
@@ -32,7 +33,8 @@ def check_out_dir(path) -> Path:
 def _render(report: CompareReport, files: dict) -> None:
     s = report.settings
     table = Table(
-        title=f"ddtree compare: {s.baseline} vs {s.tree} ({s.runs} run(s), {s.max_tokens} max tokens, T=0)",
+        title=f"ddtree compare: {s.baseline} vs {s.tree} ({s.runs} run(s), {s.max_tokens} max tokens, T=0; "
+        f"tree budget {s.budget}, topk {s.topk}, block size {s.block_size})",
         caption=ACCEPT_FOOTNOTE,
     )
     for col in TABLE_COLUMNS:
@@ -62,7 +64,8 @@ def _render(report: CompareReport, files: dict) -> None:
     "(strings, or {name, prompt}); default: builtin.",
 )
 @click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True, help="Measured runs per prompt per arm.")
-@click.option("--max-tokens", type=click.IntRange(min=2), default=128, show_default=True)
+@click.option("--max-tokens", type=click.IntRange(min=2), default=128, show_default=True,
+              help="Completion length limit per request, the same on both arms (>= 2: decode speed needs a token after the first).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Report folder [default: ./ddtree-compare-<timestamp>].")
 @click.option("--hosts", "hosts", multiple=True, help="Only these hosts (repeat or comma-separate).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True, help="Seconds per request.")
@@ -80,7 +83,23 @@ def compare(
     timeout: float,
     json_: bool,
 ) -> None:
-    """Measure the tree service against the baseline service on the same prompts."""
+    """Measure the tree service against the baseline service on the same prompts.
+
+    Every selected service must answer /health first: if one does not, compare says which and
+    why, measures nothing and writes no report. The report records the tree's budget, topk and
+    block size (from its /server_info) and the number of runs; --runs 1 gets a warning (noise).
+
+    \b
+    Examples:
+      ddtree-ops compare --runs 3 --out report/
+      ddtree-ops compare --hosts gpu-1 --prompts heldout --json
+
+    \b
+    Exit codes:
+      0  measured, and every lossless check passed
+      1  a service is down (nothing measured or written), a request failed, or a lossless check failed
+      2  bad input (unknown service or host, unreadable prompts, unwritable --out); nothing contacted
+    """
     project = project_from(ctx)
     prompts = load_prompts(prompts_file)
     out = check_out_dir(out_dir or default_out_dir())
@@ -101,4 +120,4 @@ def compare(
     else:
         _render(report, files)
     if not report.ok:
-        raise CheckFailed("compare failed:\n  " + "\n  ".join(report.failures))
+        raise CheckFailed("compare failed:\n  " + "\n  ".join(report.failure_lines()))

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from ..deploy.gate import systemd_unit_probe
@@ -13,9 +13,10 @@ from ..deploy.outcomes import DeployReport, RollbackReport
 from ..deploy.plan import plan_deploy
 from ..deploy.rollback import execute_rollback
 from ..deploy.rollout import execute_deploy, stored_manifest_gate
-from ..deploy.undeploy import execute_undeploy
+from ..deploy.undeploy import execute_undeploy, plan_undeploy
 from ..exceptions import ConfigError
-from .common import emit_json, json_option, project_from, say, seams_from
+from .common import emit_json, hosts_option, json_option, project_from, say, seams_from, split_names
+from .render import console
 
 API_KEY_ENV = "DDTREE_API_KEY"
 
@@ -31,16 +32,16 @@ def _names(value: str | None, option: str) -> list[str] | None:
 
 def _table(report: DeployReport | RollbackReport, title: str) -> Table:
     table = Table(title=title, title_justify="left")
-    for column in ("host", "service", "status", "release", "healthy after", "detail"):
+    for column in ("host", "service", "status", "settings", "release", "healthy after", "detail"):
         table.add_column(column)
+    colors = {"healthy": "green", "rolled back": "yellow", "skipped": "dim", "unchanged": "dim"}
     for host in report.hosts:
         for s in host.services:
-            after = f"{s.healthy_after_s:.1f}s" if s.healthy_after_s is not None else "-"
-            color = {"healthy": "green", "rolled back": "yellow", "skipped": "dim"}.get(s.status, "red")
-            if s.status == "unchanged":
-                color = "dim"
-            detail = s.detail if len(s.detail) <= 60 else s.detail[:57] + "..."
-            table.add_row(host.host, s.service, f"[{color}]{s.status}[/{color}]", s.release_id or "-", after, detail)
+            # A service nobody restarted was not "healthy after 0.0s": it was already up.
+            after = f"{s.healthy_after_s:.1f}s" if s.healthy_after_s is not None and s.release_changed else "-"
+            color = colors.get(s.status, "red")
+            table.add_row(host.host, s.service, f"[{color}]{s.status}[/{color}]", s.settings(), s.release_id or "-",
+                          after, s.detail)  # fmt: skip
     return table
 
 
@@ -49,7 +50,14 @@ def _render(ctx: click.Context, report: DeployReport | RollbackReport, title: st
     if json_:
         emit_json(report.to_dict())
     else:
-        Console().print(_table(report, title))
+        out = console()
+        out.print(_table(report, title))
+        changed = any(s.release_changed for h in report.hosts for s in h.services)
+        if report.ok and not changed:
+            out.print("up to date, nothing changed")
+        if isinstance(report, RollbackReport):  # deploy's warnings were printed before it started
+            for warning in report.warnings:
+                click.echo(f"warning: {warning}", err=True)
     if not report.ok:
         click.echo(f"error: {report.failure}", err=True)
         ctx.exit(1)
@@ -61,18 +69,29 @@ def _render(ctx: click.Context, report: DeployReport | RollbackReport, title: st
 )
 @click.option("--topk", type=int, default=None, help="Candidates per depth for the ddtree service(s).")
 @click.option("--services", "services_", default=None, metavar="A,B", help="Only these services (default: all).")
-@click.option(
-    "--hosts", "hosts_", default=None, metavar="H1,H2", help="Only these hosts (default: all), in project order."
-)
+@hosts_option
 @json_option
 @click.pass_context
-def deploy(ctx, budget, topk, services_, hosts_, json_):
+def deploy(ctx, budget, topk, services_, hosts, json_):
     """Install the services as new releases, one host at a time, each gated on /health.
 
     A host whose engine environment failed (or lacks) its ABI manifest is not touched and the
     rollout stops there. A host whose services do not become healthy (or report other settings
     in /server_info) is rolled back to its previous release and the rollout stops: later hosts are untouched.
-    A DDTREE_API_KEY in the environment is written to each service's env file.
+    A DDTREE_API_KEY in the environment is written to each service's env file. A service whose
+    release is already installed is left alone: a second identical deploy says "up to date,
+    nothing changed" and shows the settings deployed.
+
+    \b
+    Examples:
+      ddtree-ops deploy --budget 15 --topk 8
+      ddtree-ops deploy --hosts gpu-2 --services tree --json
+
+    \b
+    Exit codes:
+      0  every service healthy (or already up to date)
+      1  a host was refused or failed its gate (it was rolled back; later hosts untouched)
+      2  bad input (unknown host or service, --budget < 0); no host was touched
     """
     project = project_from(ctx)
     plan = plan_deploy(
@@ -80,7 +99,7 @@ def deploy(ctx, budget, topk, services_, hosts_, json_):
         budget=budget,
         topk=topk,
         services=_names(services_, "--services"),
-        hosts=_names(hosts_, "--hosts"),
+        hosts=split_names(hosts) or None,
         api_key=os.environ.get(API_KEY_ENV) or None,
     )
     for warning in plan.warnings:
@@ -98,20 +117,33 @@ def deploy(ctx, budget, topk, services_, hosts_, json_):
 
 @click.command()
 @click.option("--services", "services_", default=None, metavar="A,B", help="Only these services (default: all).")
-@click.option("--hosts", "hosts_", default=None, metavar="H1,H2", help="Only these hosts (default: all).")
+@hosts_option
 @json_option
 @click.pass_context
-def rollback(ctx, services_, hosts_, json_):
+def rollback(ctx, services_, hosts, json_):
     """Point services back at their previous release and restart them, one host at a time.
 
-    Services without a previous release are left as they are.
+    Services without a previous release (or not deployed) are left as they are: when that is
+    every selected service, nothing was rolled back and the command fails saying why per service
+    ("nothing to roll back: tree on gpu-1 has no previous release"); otherwise each is a warning.
+
+    \b
+    Examples:
+      ddtree-ops rollback --hosts gpu-2
+      ddtree-ops rollback --services tree --json
+
+    \b
+    Exit codes:
+      0  every service with a previous release is back on it and healthy
+      1  nothing to roll back, a host failed, or a restored service is not healthy
+      2  bad input (unknown host or service); no host was touched
     """
     project = project_from(ctx)
     seams = seams_from(ctx)
     report = execute_rollback(
         project,
         services=_names(services_, "--services"),
-        hosts=_names(hosts_, "--hosts"),
+        hosts=split_names(hosts) or None,
         progress=say,
         run_playbook=seams.run_playbook,
         unit_probe=systemd_unit_probe(project, seams.transport),
@@ -120,26 +152,72 @@ def rollback(ctx, services_, hosts_, json_):
 
 
 @click.command()
-@click.option("--services", "services_", default=None, metavar="A,B", help="Only these services (default: all).")
-@click.option("--hosts", "hosts_", default=None, metavar="H1,H2", help="Only these hosts (default: all).")
+@click.option("--services", "services_", default=None, metavar="A,B", help="Only these services.")
+@hosts_option
+@click.option("--all", "all_", is_flag=True, help="Every service of the project file on every host.")
+@click.option("--yes", "-y", "yes", is_flag=True, help="Do not ask for confirmation (scripts).")
 @json_option
 @click.pass_context
-def undeploy(ctx, services_, hosts_, json_):
+def undeploy(ctx, services_, hosts, all_, yes, json_):
     """Stop, disable and remove services from hosts, one host at a time.
 
     Their releases stay on disk, and so does the engine env (or image). A service no longer in
-    the project file can be named with --services: it is removed wherever it is found.
+    the project file can be named with --services: it is removed wherever it is found. Without
+    --services or --hosts it removes everything, so it needs --all, or a "y" at the prompt (on a
+    terminal), or --yes. Running it again says there was nothing to remove.
+
+    \b
+    Examples:
+      ddtree-ops undeploy --services tree
+      ddtree-ops undeploy --all --json
+
+    \b
+    Exit codes:
+      0  removed (or there was nothing to remove)
+      1  a host failed (later hosts untouched)
+      2  bad input, or nothing selected and not confirmed (no --all, no --yes, no terminal)
     """
+    if all_ and (services_ or hosts):
+        raise ConfigError("--all removes every service on every host: leave out --services/--hosts, or leave out --all")
     project = project_from(ctx)
+    services, hosts = _names(services_, "--services"), split_names(hosts) or None
+    pairs = plan_undeploy(project, services, hosts)  # unknown names: exit 2 before any question
+    if not (all_ or services or hosts):
+        _confirm_remove_everything(pairs, yes)
     report = execute_undeploy(
-        project, services=_names(services_, "--services"), hosts=_names(hosts_, "--hosts"), progress=say,
-        run_playbook=seams_from(ctx).run_playbook,
+        project, services=services, hosts=hosts, progress=say, run_playbook=seams_from(ctx).run_playbook,
     )  # fmt: skip
     if json_:
         emit_json(report.to_dict())
     else:
         for row in report.hosts:
-            click.echo(f"{row.host}: removed {', '.join(row.services)} (changed {row.changed})" if not row.error else f"{row.host}: failed")
+            if row.status == "failed":
+                click.echo(f"{row.host}: failed")
+            elif row.status == "nothing to remove":
+                click.echo(f"{row.host}: nothing to remove ({', '.join(row.services)} not deployed there)")
+            else:
+                click.echo(f"{row.host}: removed {', '.join(row.services)} (changed {row.changed})")
+        if report.nothing_removed:
+            click.echo("nothing to remove: no selected service was deployed on any selected host")
     if not report.ok:
         click.echo(f"error: {report.failure}", err=True)
         ctx.exit(1)
+
+
+def stdin_is_interactive() -> bool:
+    """Whether a person can answer a prompt (stdin is a terminal)."""
+    return sys.stdin.isatty()
+
+
+def _confirm_remove_everything(pairs, yes: bool) -> None:
+    """Nothing selected means everything: ask on a terminal, else demand --all/--yes (exit 2)."""
+    what = "; ".join(f"{host.name}: {', '.join(names)}" for host, names in pairs)
+    if yes:
+        return
+    if not stdin_is_interactive():
+        raise ConfigError(
+            f"undeploy without --services or --hosts removes every service on every host ({what}); "
+            "nothing was touched. Pass --all (or --yes) to remove them all, or name --services/--hosts"
+        )
+    if not click.confirm(f"Remove every service on every host ({what})?", default=False, err=True):
+        raise ConfigError("undeploy cancelled: nothing was touched")

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
-from rich.console import Console
 from rich.table import Table
 
 from ..compare.report import fmt
 from ..exceptions import CheckFailed
-from ..health.check import HealthReport, run_healthcheck
+from ..health.check import RECENT_ACCEPT_DEFINITION, HealthReport, run_healthcheck
 from ..service.metrics_text import ACCEPT_DEFINITION
 from .common import emit_json, json_option, project_from, say, seams_from
+from .render import console
 
 
 def split_names(values: tuple[str, ...]) -> list[str] | None:
@@ -21,14 +19,14 @@ def split_names(values: tuple[str, ...]) -> list[str] | None:
     return names or None
 
 
-def console():
-    """A rich console on stdout, wide enough for the tables when stdout is not a terminal."""
-    return Console(width=None if sys.stdout.isatty() else 200)
-
-
 def _render(report: HealthReport) -> None:
-    table = Table(title="ddtree healthcheck", caption=f"accept len: {ACCEPT_DEFINITION} (lifetime, from /metrics)")
-    for col in ("host", "service", "unit", "restarts", "env manifest", "health", "server_info", "generation", "accept len", "verdict"):
+    table = Table(
+        title="ddtree healthcheck",
+        caption=f"accept len: {ACCEPT_DEFINITION}, from /metrics counters; {RECENT_ACCEPT_DEFINITION}",
+    )
+    columns = ("host", "service", "unit", "restarts", "env manifest", "health", "server_info", "generation",
+               "accept recent", "accept lifetime", "verdict")  # fmt: skip
+    for col in columns:
         table.add_column(col)
     for r in report.results:
         unit = "-" if r.unit is None else r.unit.describe()
@@ -41,7 +39,8 @@ def _render(report: HealthReport) -> None:
             color = {"ok": "green", "failed": "red"}.get(r.manifest.status, "yellow")
             manifest = f"[{color}]{manifest}[/{color}]"
         verdict = "[green]ok[/green]" if r.ok else "[red]FAIL[/red]"
-        table.add_row(r.host, r.service, unit, restarts, manifest, health, info, gen, fmt(r.accept_length, 2), verdict)
+        table.add_row(r.host, r.service, unit, restarts, manifest, health, info, gen, fmt(r.accept_length_recent, 2),
+                      fmt(r.accept_length, 2), verdict)  # fmt: skip
     out = console()
     out.print(table)
     for r in report.results:
@@ -61,7 +60,23 @@ def _render(report: HealthReport) -> None:
 @json_option
 @click.pass_context
 def healthcheck(ctx: click.Context, hosts: tuple[str, ...], services: tuple[str, ...], no_systemd: bool, timeout: float, json_: bool) -> None:
-    """Check every deployed service: unit, env ABI manifest, /health, /server_info, a generation, /metrics."""
+    """Check every deployed service: unit, env ABI manifest, /health, /server_info, a generation, /metrics.
+
+    Acceptance is shown twice: recent (over healthcheck's own short greedy generation: /metrics
+    counter deltas around it) and lifetime (since the server started).
+
+    \b
+    Examples:
+      ddtree-ops healthcheck
+      ddtree-ops healthcheck --hosts gpu-1 --services tree --json
+      ddtree-ops healthcheck --no-systemd      # servers started by hand: HTTP checks only
+
+    \b
+    Exit codes:
+      0  every check passed (warnings allowed)
+      1  a check failed (each failure listed on stderr)
+      2  bad input (unknown host or service); nothing was contacted
+    """
     project = project_from(ctx)
     report = run_healthcheck(
         project,

@@ -10,6 +10,7 @@ import yaml
 
 from ..config import DEFAULT_CONFIG_NAME, parse_project
 from ..exceptions import ConfigError
+from .common import CONFIG_KEY, config_option
 
 
 def example_project_text() -> str:
@@ -28,10 +29,33 @@ def write_example(path: Path, force: bool = False) -> Path:
     return path
 
 
-@click.command("init")
-@click.argument("path", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_CONFIG_NAME)
+@click.command(
+    "init",
+    epilog="""\b
+Examples:
+  ddtree-ops init                     # ./ddtree.yaml
+  ddtree-ops init prod.yaml           # or: ddtree-ops init -c prod.yaml
+  ddtree-ops init ddtree.yaml --force # overwrite an existing file
+
+\b
+Exit codes:
+  0  written
+  2  the file exists (pass --force), or PATH and -c name different files
+""",
+)
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path), required=False)
+@config_option
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
-def init(path: Path, force: bool) -> None:
-    """Write an annotated example project file to PATH (default ./ddtree.yaml)."""
+@click.pass_context
+def init(ctx: click.Context, path: Path | None, force: bool) -> None:
+    """Write an annotated example project file to PATH (default: -c FILE, else ./ddtree.yaml)."""
+    config = ctx.find_root().meta.get(CONFIG_KEY)
+    if path is not None and config is not None and Path(config) != path:
+        raise click.UsageError(f"PATH {path} and -c {config} name different files: give one")
+    path = path or Path(config or DEFAULT_CONFIG_NAME)
     write_example(path, force)
-    click.echo(f"wrote {path}; edit the hosts, then run `ddtree-ops -c {path} provision`")
+    click.echo(f"wrote {path}; edit its hosts (and services), then:")
+    use = "" if path == Path(DEFAULT_CONFIG_NAME) else f" -c {path}"
+    click.echo(f"  ddtree-ops{use} doctor            # this machine and each host: SSH, probe, lock")
+    click.echo(f"  ddtree-ops{use} provision --plan  # the lock each host would get; changes nothing")
+    click.echo(f"  ddtree-ops{use} provision         # build the engine env on every host")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import click
@@ -9,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .. import lab as lab_fleet
-from .common import emit_json, json_option
+from .common import InOrderGroup, emit_json, json_option
 
 _dir_option = click.option(
     "--dir",
@@ -21,7 +22,26 @@ _dir_option = click.option(
 )
 
 
-@click.group()
+_LAB_EXIT_CODES = """\b
+Exit codes:
+  0  done
+  1  Docker failed or is missing, a host did not boot or answer SSH, or a name is another lab's
+  2  bad input (--hosts out of range)
+"""
+
+
+@click.group(
+    cls=InOrderGroup,
+    epilog="""\b
+Examples:
+  ddtree-ops lab up                   # lab-1, lab-2 in the default lab directory
+  ddtree-ops lab up --hosts 3 --dir ./.lab
+  ddtree-ops lab status --dir ./.lab
+  ddtree-ops lab down --dir ./.lab
+
+"""
+    + _LAB_EXIT_CODES
+)
 def lab() -> None:
     """A local fleet of Docker hosts running systemd and sshd; one lab per directory.
 
@@ -53,11 +73,29 @@ def _render(report: lab_fleet.LabReport) -> None:
     console.print(table)
 
 
+def _lab_document(report) -> dict:
+    """The `--json` document of `lab up|status|down` in the common envelope (schemas/lab-*.json):
+    `ok` is true (a lab command that fails raises, exit 1/2), hosts[] entries also say `host`."""
+    doc = report.to_dict()
+    if "hosts" in doc:
+        doc["hosts"] = [{"host": h["name"], **h} for h in doc["hosts"]]
+    return {"ok": True, **doc}
+
+
 def _is_default_dir(lab_dir: str) -> bool:
     return Path(lab_dir) == lab_fleet.default_lab_dir().expanduser().resolve()
 
 
-@lab.command()
+@lab.command(
+    epilog="""\b
+Examples:
+  ddtree-ops lab up                        # 2 hosts; then plain `ddtree-ops provision` finds the lab
+  ddtree-ops lab up --hosts 3 --dir ./.lab
+  ddtree-ops lab up --json | jq .config_path
+
+"""
+    + _LAB_EXIT_CODES
+)
 @click.option("--hosts", "n_hosts", type=click.IntRange(1, 16), default=2, show_default=True, help="How many hosts.")
 @_dir_option
 @json_option
@@ -66,7 +104,7 @@ def up(n_hosts: int, lab_dir: Path | None, json_: bool) -> None:
     report = lab_fleet.up(n_hosts, lab_dir)
     _warn(report.warnings)
     if json_:
-        emit_json(report.to_dict())
+        emit_json(_lab_document(report))
         return
     _render(report)
     click.echo(f"project file: {report.config_path}")
@@ -74,10 +112,21 @@ def up(n_hosts: int, lab_dir: Path | None, json_: bool) -> None:
     if _is_default_dir(report.lab_dir):
         click.echo("next:         ddtree-ops provision   "
                    "(finds this file when there is no -c, $DDTREE_CONFIG or ./ddtree.yaml)")
+    else:
+        click.echo(f"next:         ddtree-ops -c {report.config_path} provision")
+    click.echo("then:         ddtree-ops deploy, ddtree-ops healthcheck, ddtree-ops compare")
     click.echo("timings: " + ", ".join(f"{k} {v:.1f}s" for k, v in report.timings_s.items()), err=True)
 
 
-@lab.command()
+@lab.command(
+    epilog="""\b
+Examples:
+  ddtree-ops lab status
+  ddtree-ops lab status --dir ./.lab --json
+
+"""
+    + _LAB_EXIT_CODES
+)
 @_dir_option
 @json_option
 def status(lab_dir: Path | None, json_: bool) -> None:
@@ -85,22 +134,34 @@ def status(lab_dir: Path | None, json_: bool) -> None:
     report = lab_fleet.status(lab_dir)
     _warn(report.warnings)
     if json_:
-        emit_json(report.to_dict())
+        emit_json(_lab_document(report))
         return
     _render(report)
     if report.config_path:
         click.echo(f"project file: {report.config_path}")
 
 
-@lab.command()
+@lab.command(
+    epilog="""\b
+Examples:
+  ddtree-ops lab down
+  ddtree-ops lab down --dir ./.lab --json
+
+"""
+    + _LAB_EXIT_CODES
+)
 @_dir_option
 @json_option
 def down(lab_dir: Path | None, json_: bool) -> None:
     """Remove this lab's containers, volumes, network and directory (the image stays cached)."""
+    # Stopping systemd containers takes seconds each: say so first, so the wait is not silent.
+    click.echo(f"lab down: removing the lab in {lab_dir or lab_fleet.default_lab_dir()} (containers stop in a few seconds each)", err=True)
+    started = time.monotonic()
     report = lab_fleet.down(lab_dir)
+    click.echo(f"lab down: done in {time.monotonic() - started:.1f}s", err=True)
     _warn(report.warnings)
     if json_:
-        emit_json(report.to_dict())
+        emit_json(_lab_document(report))
         return
     if report.removed:
         click.echo("removed: " + ", ".join(report.removed))

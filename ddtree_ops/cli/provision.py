@@ -1,4 +1,4 @@
-"""`ddtree-ops provision [HOST…]`: the immutable engine environment on each host."""
+"""`ddtree-ops provision [--hosts H1,H2] [--plan]`: the immutable engine environment on each host."""
 
 from __future__ import annotations
 
@@ -7,25 +7,57 @@ from rich.console import Console
 from rich.table import Table
 
 from ..exceptions import CheckFailed
+from ..provision import plan as planning
 from ..provision import run as provisioning
-from .common import emit_json, json_option, project_from, seams_from
+from .common import (
+    emit_json,
+    hosts_from,
+    hosts_option,
+    json_option,
+    next_step,
+    positional_hosts_argument,
+    project_from,
+    say,
+    seams_from,
+)
 from .plan import handle_plan, plan_options
 
 
-@click.command()
-@click.argument("host_names", metavar="[HOST]...", nargs=-1)
+@click.command(
+    epilog="""\b
+Examples:
+  ddtree-ops provision --plan                         # the lock each host would get; changes nothing
+  ddtree-ops provision --plan --hosts gpu-3 --facts gpu-3.json   # plan for a host you cannot reach yet
+  ddtree-ops provision                                # every host in the project file
+  ddtree-ops provision --hosts gpu-1,gpu-2 --json     # only these; one JSON document on stdout
+
+\b
+Exit codes:
+  0  every host is provisioned and verified (with --plan: every host has a lock)
+  1  a host failed: unreachable, no lock fits, the build or its ABI manifest failed
+  2  bad input (project file, unknown host, --facts without --plan): no host was touched
+"""
+)
+@hosts_option
+@positional_hosts_argument
 @plan_options
+@click.option(
+    "--connect-timeout", "connect_timeout_s", type=click.IntRange(1, 120), default=planning.DEFAULT_CONNECT_TIMEOUT_S,
+    show_default=True, help="With --plan: SSH connect timeout per host, seconds (hosts are probed in parallel).",
+)  # fmt: skip
 @json_option
 @click.pass_context
 def provision(
     ctx: click.Context,
-    host_names: tuple[str, ...],
+    hosts: tuple[str, ...],
+    positional_hosts: tuple[str, ...],
     plan: bool,
     facts_file: str | None,
     gpu_archs: tuple[str, ...],
+    connect_timeout_s: int,
     json_: bool,
 ) -> None:
-    """Build /opt/ddtree/envs/<lock-hash> on each host (all hosts when none are named).
+    """Build /opt/ddtree/envs/<lock-hash> on each host (every host unless --hosts names some).
 
     The wheelhouse is built on this machine, so hosts need no network. A host whose
     environment is already complete is left alone and reported "up to date". With
@@ -35,14 +67,18 @@ def provision(
     exits 1 and `deploy` refuses that host.
     """
     project = project_from(ctx)
-    hosts = project.select_hosts(host_names)  # unknown names: ConfigError (exit 2) before any host is touched
-    if handle_plan(ctx, project, hosts, plan, facts_file, gpu_archs, json_):
+    # unknown names: ConfigError (exit 2) before any host is touched
+    selected = project.select_hosts(hosts_from("provision", hosts, positional_hosts))
+    seams = seams_from(ctx)
+    if handle_plan(
+        ctx, project, selected, plan, facts_file, gpu_archs, json_,
+        connect_timeout_s=connect_timeout_s, transport=seams.transport, progress=say,
+    ):  # fmt: skip
         return
     provisioning.check_supported(project)
-    seams = seams_from(ctx)
     report = provisioning.provision(
         project,
-        hosts,
+        selected,
         progress=lambda line: click.echo(f"  docker build | {line}", err=True),
         transport=seams.transport,
         run_playbook=seams.run_playbook,
@@ -53,6 +89,8 @@ def provision(
         _render(report)
     if not report.ok:
         raise CheckFailed(report.failure())
+    if not json_:
+        next_step(ctx, "ddtree-ops deploy", "the project file's budget/topk; override with --budget N --topk K")
 
 
 def _render(report: provisioning.ProvisionReport) -> None:

@@ -254,6 +254,8 @@ def render_markdown(doc: dict[str, Any], summaries: Sequence[PromptSummary], tot
         f"- started: {doc['started_at']}",
         f"- arms: baseline = `{settings['baseline']}`, tree = `{settings['tree']}`",
         f"- runs per prompt per arm: {settings['runs']}, max tokens: {settings['max_tokens']}, temperature 0",
+        f"- tree settings: budget {settings.get('budget', '-')}, topk {settings.get('topk', '-')}, "
+        f"block size {settings.get('block_size', '-')} (from the tree service's /server_info)",
         "",
         "| " + " | ".join(TABLE_COLUMNS) + " |",
         "|" + "|".join("---" for _ in TABLE_COLUMNS) + "|",
@@ -264,13 +266,24 @@ def render_markdown(doc: dict[str, Any], summaries: Sequence[PromptSummary], tot
     for host, value in total.host_speedup.items():
         lines.append(f"- {host}: {fmt(value, 2, 'x')}")
     lines.append(f"- **overall: {fmt(total.overall_speedup, 2, 'x')}**")
+    warnings = doc.get("warnings") or []
+    if warnings:
+        lines += ["", "## Warnings", ""] + [f"- {w}" for w in warnings]
     failures = doc.get("failures") or []
     if failures:
-        lines += ["", "## Failures", ""] + [f"- {f}" for f in failures]
+        lines += ["", "## Failures", ""] + [f"- {_failure_text(f)}" for f in failures]
     lossless_notes = [f"- {s.host} / {s.prompt}: {s.lossless.detail}" for s in summaries if not s.lossless.ok]
     if lossless_notes:
         lines += ["", "## Lossless check failures", ""] + lossless_notes
     return "\n".join(lines) + "\n"
+
+
+def _failure_text(item: Any) -> str:
+    # `{host, service, message}` (the JSON envelope's failures); a plain string from older documents.
+    if not isinstance(item, dict):
+        return str(item)
+    where = "/".join(x for x in (item.get("host"), item.get("service")) if x)
+    return f"{where}: {item['message']}" if where else str(item["message"])
 
 
 def write_chart(summaries: Sequence[PromptSummary], total: Totals, path: Path) -> None:
@@ -289,8 +302,9 @@ def write_chart(summaries: Sequence[PromptSummary], total: Totals, path: Path) -
         width = 0.38
         b = [s.baseline.decode_tps or 0.0 for s in rows]
         t = [s.tree.decode_tps or 0.0 for s in rows]
-        ax.bar([x - width / 2 for x in xs], b, width, label="baseline")
-        bars = ax.bar([x + width / 2 for x in xs], t, width, label="tree")
+        # Fixed colours: with matplotlib's cycle an arm's colour depends on what was drawn before.
+        ax.bar([x - width / 2 for x in xs], b, width, label="baseline", color="tab:blue")
+        bars = ax.bar([x + width / 2 for x in xs], t, width, label="tree", color="tab:orange")
         for bar, s in zip(bars, rows):
             ax.annotate(
                 fmt(s.speedup, 2, "x") + ("" if s.lossless.ok else " ✗"),

@@ -21,7 +21,7 @@ import httpx
 
 from ..progress import Progress, silent
 from ..config import Host, Project, Service
-from ..exceptions import ConfigError
+from ..exceptions import CheckFailed, ConfigError
 from ..service.client import ServiceClient, service_url
 from ..service.metrics_text import ACCEPT_DEFINITION, GENERATION_TOKENS, accept_length_delta, counter_delta
 from .prompts import Prompt
@@ -29,6 +29,22 @@ from .report import PromptSummary, Totals, decode_tokens_per_s, summarize_prompt
 
 WARMUP_MAX_TOKENS = 8
 ARMS = ("baseline", "tree")
+PREFLIGHT_TIMEOUT_S = 10.0
+NOISY_RUNS_WARNING = (
+    "--runs 1: one run per prompt per arm is noise (decode speed varies from run to run): "
+    "use --runs 3 or more before acting on the speedup"
+)
+
+
+def failure(host: str | None, service: str | None, message: str) -> dict[str, Any]:
+    """One `{host, service, message}` item of the report's `failures` (the JSON envelope's shape)."""
+    return {"host": host, "service": service, "message": message}
+
+
+def failure_line(item: dict[str, Any]) -> str:
+    """`host/service: message` (or `host: message`) for stderr and compare.md."""
+    where = "/".join(x for x in (item.get("host"), item.get("service")) if x)
+    return f"{where}: {item['message']}" if where else item["message"]
 
 
 @dataclass
@@ -67,6 +83,12 @@ class CompareSettings:
     prompts: list[dict[str, Any]]
     baseline_config: dict[str, Any] = field(default_factory=dict)
     tree_config: dict[str, Any] = field(default_factory=dict)
+    # What the tree arm ran with, as its /server_info reported it (the project file's when it did not
+    # say): `deploy --budget` may have overridden the file, and the numbers are only worth as much as
+    # knowing the settings behind them.
+    budget: int | None = None
+    topk: int | None = None
+    block_size: int | None = None
 
 
 @dataclass
@@ -76,7 +98,7 @@ class CompareReport:
     runs: list[RunResult]
     summaries: list[PromptSummary]
     totals: Totals
-    failures: list[str]  # service errors and lossless failures, `host/...: what`
+    failures: list[dict[str, Any]]  # service errors and lossless failures, `failure(host, service, what)`
     warnings: list[str] = field(default_factory=list)
     server_info: dict[str, dict[str, Any]] = field(default_factory=dict)  # "host/service" -> /server_info
 
@@ -84,12 +106,29 @@ class CompareReport:
     def ok(self) -> bool:
         return not self.failures
 
+    def failure_lines(self) -> list[str]:
+        return [failure_line(f) for f in self.failures]
+
     def to_dict(self) -> dict[str, Any]:
+        """compare.json and the `--json` document (schemas/compare.json): the common envelope, a
+        `hosts` summary (geomean speedup, the tree arm's settings per host), prompts and runs flat
+        (each names its host)."""
+        hosts = []
+        for host in self.settings.hosts:
+            info = self.server_info.get(f"{host}/{self.settings.tree}") or {}
+            hosts.append({
+                "host": host,
+                "speedup": self.totals.host_speedup.get(host),
+                "budget": info.get("speculative_ddtree_budget"),
+                "topk": info.get("speculative_ddtree_topk"),
+                "block_size": info.get("speculative_num_draft_tokens"),
+            })  # fmt: skip
         return {
             "ok": self.ok,
             "started_at": self.started_at,
             "accept_definition": ACCEPT_DEFINITION,
             "settings": asdict(self.settings),
+            "hosts": hosts,
             "totals": asdict(self.totals),
             "prompts": [asdict(s) for s in self.summaries],
             "runs": [asdict(r) for r in self.runs],
@@ -172,7 +211,7 @@ def _compare_host(
     timeout_s: float,
     say: Callable[[str], None],
     report_runs: list[RunResult],
-    failures: list[str],
+    failures: list[dict[str, Any]],
     warnings: list[str],
     server_info: dict[str, dict[str, Any]],
 ) -> None:
@@ -187,7 +226,7 @@ def _compare_host(
                 say(f"{where}: warm-up request")
                 clients[arm].stream_chat(list(prompts[0].messages), WARMUP_MAX_TOKENS, model=models[arm], timeout_s=timeout_s)
             except (httpx.HTTPError, ValueError) as err:
-                failures.append(f"{where}: warm-up failed ({service_url(host, svc)}): {err}; is the service healthy?")
+                failures.append(failure(host.name, svc.name, f"warm-up failed ({service_url(host, svc)}): {err}; is the service healthy?"))
                 return
         paths = {arm: server_info[f"{host.name}/{svc.name}"].get("model_path") for arm, svc in arms.items()}
         if paths["baseline"] != paths["tree"]:
@@ -207,7 +246,7 @@ def _compare_host(
                         measure_run(clients[arm], models[arm], prompt, max_tokens, result, timeout_s)
                     except (httpx.HTTPError, ValueError) as err:
                         result.error = f"{type(err).__name__}: {err}"
-                        failures.append(f"{host.name}/{svc.name}: prompt {prompt.name!r} run {run}: {result.error}")
+                        failures.append(failure(host.name, svc.name, f"prompt {prompt.name!r} run {run}: {result.error}"))
                     else:
                         if (
                             result.generation_tokens_delta is not None
@@ -255,17 +294,27 @@ def run_compare(
 
     Raises:
         ConfigError: bad arguments, before any host is contacted.
+        CheckFailed: a selected service does not answer /health 200 (each named), before anything is measured.
     """
     baseline_svc, tree_svc = validate_compare_args(project, baseline, tree, runs, max_tokens)
     if not prompts:
         raise ConfigError("no prompts to send")
     hosts = plan_hosts(project, baseline_svc, tree_svc, host_names)
+    # Every arm on every host must be up before anything is measured: a report of services that
+    # were down is an empty report, and the caller writes none when this raises.
+    problems = preflight(hosts, [baseline_svc, tree_svc], timeout_s)
+    if problems:
+        raise CheckFailed(
+            "compare: not every service is healthy, so nothing was measured and no report was written:\n  "
+            + "\n  ".join(failure_line(p) for p in problems)
+            + "\nrun `ddtree-ops healthcheck` for details, or `ddtree-ops deploy` to bring them up"
+        )
     say = progress
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     arms = {"baseline": baseline_svc, "tree": tree_svc}
     all_runs: list[RunResult] = []
-    failures: list[str] = []
-    warnings: list[str] = []
+    failures: list[dict[str, Any]] = []
+    warnings: list[str] = [NOISY_RUNS_WARNING] if runs == 1 else []
     server_info: dict[str, dict[str, Any]] = {}
     t0 = time.perf_counter()
     for host in hosts:
@@ -285,7 +334,7 @@ def run_compare(
                 [r for r in mine if r.arm == "tree"],
             )
             if not summary.lossless.ok:
-                failures.append(f"{host.name}: prompt {prompt.name!r}: lossless check failed: {summary.lossless.detail}")
+                failures.append(failure(host.name, None, f"prompt {prompt.name!r}: lossless check failed: {summary.lossless.detail}"))
             summaries.append(summary)
     settings = CompareSettings(
         baseline=baseline,
@@ -296,6 +345,7 @@ def run_compare(
         prompts=[p.to_dict() for p in prompts],
         baseline_config=_service_config(baseline_svc),
         tree_config=_service_config(tree_svc),
+        **_tree_settings(project, tree_svc, [server_info.get(f"{h.name}/{tree}") or {} for h in hosts]),
     )
     return CompareReport(
         started_at=started,
@@ -307,6 +357,41 @@ def run_compare(
         warnings=warnings,
         server_info=server_info,
     )
+
+
+def _tree_settings(project: Project, tree: Service, infos: list[dict[str, Any]]) -> dict[str, Any]:
+    # The first host whose tree answered /server_info speaks for the run (hosts[] has each one's).
+    info = next((i for i in infos if i), {})
+    return {
+        "budget": info.get("speculative_ddtree_budget", tree.budget),
+        "topk": info.get("speculative_ddtree_topk", tree.topk),
+        "block_size": info.get("speculative_num_draft_tokens", project.engine.block_size),
+    }
+
+
+def preflight(hosts: Sequence[Host], services: Sequence[Service], timeout_s: float) -> list[dict[str, Any]]:
+    """Is every service to be measured answering `/health` 200? Asked before anything is measured or written.
+
+    Args:
+        hosts, services: what compare would measure (each service on each host).
+        timeout_s: per request (capped at PREFLIGHT_TIMEOUT_S: a healthy server answers at once).
+
+    Returns:
+        one failure per service that is not healthy, naming why (empty: go ahead).
+    """
+    problems = []
+    for host in hosts:
+        for svc in services:
+            url = service_url(host, svc)
+            with ServiceClient(url, timeout_s=min(timeout_s, PREFLIGHT_TIMEOUT_S)) as client:
+                try:
+                    status = client.health_status()
+                except httpx.HTTPError as err:
+                    problems.append(failure(host.name, svc.name, f"cannot reach {url}/health: {str(err) or type(err).__name__}"))
+                    continue
+            if status != 200:
+                problems.append(failure(host.name, svc.name, f"{url}/health answered {status} (503: still loading)"))
+    return problems
 
 
 def write_compare_files(report: CompareReport, out_dir: str | Path) -> dict[str, Path]:

@@ -19,13 +19,31 @@ class ServiceOutcome:
     host: str
     service: str
     port: int
-    # healthy | unhealthy | mismatch | rolled back | stopped | not deployed | skipped
+    # deploy: healthy (a new release) | unchanged (its release was already installed, and it is healthy)
+    #   | unhealthy | mismatch | rolled back | stopped | not deployed | skipped;
+    # rollback: rolled back | unhealthy | no previous release | not deployed | failed
     status: str
     release_id: str | None = None
     previous_release_id: str | None = None
     release_changed: bool = False
     healthy_after_s: float | None = None
     detail: str = ""
+    # What the service runs (deploy: what was deployed; None where unknown, as after a rollback).
+    algorithm: str | None = None
+    budget: int | None = None
+    topk: int | None = None
+    block_size: int | None = None
+
+    def settings(self) -> str:
+        """`ddtree budget 15, topk 8, block 16`, `dflash block 16`, `ar`; "-" when unknown."""
+        if self.algorithm is None:
+            return "-"
+        parts = []
+        if self.algorithm == "ddtree":
+            parts += [f"budget {self.budget}", f"topk {self.topk}"]
+        if self.algorithm in ("ddtree", "dflash") and self.block_size is not None:
+            parts.append(f"block {self.block_size}")
+        return f"{self.algorithm} {', '.join(parts)}".strip()
 
 
 @dataclass
@@ -37,16 +55,35 @@ class HostDeployOutcome:
     error: str | None = None
 
 
+def failure_entry(host: str | None, service: str | None, message: str) -> dict[str, Any]:
+    """One item of a JSON document's `failures` (the envelope every command shares)."""
+    return {"host": host, "service": service, "message": message}
+
+
+def _envelope(operation_id: str, ok: bool, hosts: list[HostDeployOutcome], warnings: list[str],
+              failures: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+    return {
+        "ok": ok,
+        "operation_id": operation_id,
+        "changed": any(s.release_changed for h in hosts for s in h.services),
+        "warnings": list(warnings),
+        "failures": list(failures),
+        "hosts": [asdict(h) for h in hosts],
+    }
+
+
 @dataclass
 class DeployReport:
     deploy_id: str
     ok: bool
     hosts: list[HostDeployOutcome]
     warnings: list[str] = field(default_factory=list)
-    failure: str | None = None
+    failure: str | None = None  # the whole story for stderr (journal tails, what was rolled back)
+    failures: list[dict[str, Any]] = field(default_factory=list)  # failure_entry() items
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The `--json` document: the common envelope (schemas/deploy.json); `operation_id` is the deploy id."""
+        return _envelope(self.deploy_id, self.ok, self.hosts, self.warnings, self.failures)
 
 
 @dataclass
@@ -55,13 +92,22 @@ class RollbackReport:
     ok: bool
     hosts: list[HostDeployOutcome]
     failure: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    failures: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The `--json` document (schemas/rollback.json); `operation_id` is the rollback id."""
+        return _envelope(self.rollback_id, self.ok, self.hosts, self.warnings, self.failures)
 
 
 def new_deploy_id() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    """`20260102T030405123Z` (UTC, to the millisecond).
+
+    A release counts as changed by a rollout when state.json names that rollout's id: two deploys
+    within one second must not share one, or the second would claim the first one's releases.
+    """
+    now = datetime.now(timezone.utc)
+    return now.strftime("%Y%m%dT%H%M%S") + f"{now.microsecond // 1000:03d}Z"
 
 
 def read_state(report_dir: Path, host: str) -> dict[str, Any]:

@@ -28,11 +28,12 @@ from .outcomes import (
     HostDeployOutcome,
     ServiceOutcome,
     changed_count,
+    failure_entry,
     journal_tail,
     new_deploy_id,
     service_states,
 )
-from .plan import DeployPlan, HostPlan
+from .plan import DeployPlan, HostPlan, ServicePlan
 
 DEPLOY_PLAYBOOK = "deploy.yml"
 ROLLBACK_PLAYBOOK = "rollback.yml"
@@ -106,6 +107,7 @@ def execute_deploy(
             if skipped:
                 lines.append(f"rollout stopped: host(s) {', '.join(h.host for h in skipped)} were not touched")
             report.failure = "\n".join(lines)
+            report.failures = [failure_entry(host, None, refusal)]
             break
         with tempfile.TemporaryDirectory(prefix=f"ddtree-deploy-{host}-") as tmp:
             report_dir = Path(tmp)
@@ -115,7 +117,8 @@ def execute_deploy(
                 "ddtree_deploy_services": [s.spec.as_vars() for s in host_plan.services],
                 "ddtree_deploy_report_dir": str(report_dir),
             }
-            say(f"{host}: installing {', '.join(s.service for s in host_plan.services)} (rollout {deploy_id})")
+            # Not "installing": a service whose rendered release is already current is left alone.
+            say(f"{host}: deploying {', '.join(s.service for s in host_plan.services)} (rollout {deploy_id})")
             outcome = HostDeployOutcome(host=host, status="deployed")
             report.hosts.append(outcome)
             playbook_error: str | None = None
@@ -132,11 +135,9 @@ def execute_deploy(
             for s in host_plan.services:
                 entry = state.get(s.service) or {}
                 outcome.services.append(
-                    ServiceOutcome(
-                        host=host,
-                        service=s.service,
-                        port=s.port,
-                        status="not deployed" if playbook_error else "pending",
+                    _service_outcome(
+                        s,
+                        "not deployed" if playbook_error else "pending",
                         release_id=entry.get(STATE_CURRENT),
                         previous_release_id=entry.get(STATE_PREVIOUS),
                         release_changed=entry.get(STATE_DEPLOY_ID) == deploy_id,
@@ -148,23 +149,28 @@ def execute_deploy(
                 # Ansible's message names the failing task, and the task names name the service.
                 failed = [(s, "not deployed: the deploy playbook failed (below)") for s in outcome.services]
             else:
+                changed = [o.service for o in outcome.services if o.release_changed]
+                say(_changed_line(host, outcome.services, changed))
                 say(f"{host}: waiting up to {settings.health_timeout_s:g}s for /health of each service")
                 gate = wait_healthy(
                     [s.gate_target() for s in host_plan.services],
                     timeout_s=settings.health_timeout_s,
                     interval_s=settings.health_interval_s,
-                    progress=say,
+                    # "healthy after 0.0s" of a service nobody restarted says nothing: only changed ones speak.
+                    progress=lambda line: say(line) if any(f"/{n}:" in line for n in changed) else None,
                     unit_probe=unit_probe,
                 )
                 for service_outcome in outcome.services:
                     result_for = gate[service_outcome.service]
                     service_outcome.healthy_after_s = result_for.healthy_after_s
                     if result_for.healthy:
-                        service_outcome.status = "healthy"
+                        service_outcome.status = "healthy" if service_outcome.release_changed else "unchanged"
                     else:
                         service_outcome.status = "mismatch" if result_for.healthy_after_s is not None else "unhealthy"
                         service_outcome.detail = result_for.reason
                         failed.append((service_outcome, result_for.reason))
+                if not changed and not failed:
+                    say(f"{host}: up to date, nothing changed; {_settings_line(outcome.services)} healthy")
 
             if not failed:
                 continue
@@ -180,8 +186,39 @@ def execute_deploy(
             skipped = plan.hosts[index + 1 :]
             report.hosts += [_skipped_outcome(later) for later in skipped]
             report.failure = _failure_message(host, failed, journals, playbook_error, rollback_note, skipped)
+            report.failures = [
+                failure_entry(host, s.service, _with_journal(reason, journals.get(s.service))) for s, reason in failed
+            ]
+            if playbook_error:
+                report.failures.append(failure_entry(host, None, f"the deploy playbook failed: {playbook_error}"))
             break
     return report
+
+
+def _service_outcome(plan: ServicePlan, status: str, **fields: Any) -> ServiceOutcome:
+    """A service's outcome, carrying the settings this rollout deploys (shown in the table and JSON)."""
+    return ServiceOutcome(
+        host=plan.host, service=plan.service, port=plan.port, status=status, algorithm=plan.algorithm,
+        budget=plan.budget, topk=plan.topk, block_size=plan.block_size, **fields,
+    )  # fmt: skip
+
+
+def _settings_line(services: list[ServiceOutcome]) -> str:
+    """`baseline (dflash block 16), tree (ddtree budget 15, topk 8, block 16)`."""
+    return ", ".join(f"{s.service} ({s.settings()})" for s in services)
+
+
+def _changed_line(host: str, services: list[ServiceOutcome], changed: list[str]) -> str:
+    if not changed:
+        return f"{host}: every release is already installed ({_settings_line(services)}); checking health"
+    unchanged = [s.service for s in services if s.service not in changed]
+    rest = f"; {', '.join(unchanged)} unchanged" if unchanged else ""
+    installed = _settings_line([s for s in services if s.service in changed])
+    return f"{host}: installed new releases of {installed}{rest}"
+
+
+def _with_journal(reason: str, journal: str | None) -> str:
+    return f"{reason}\nlast journal lines:\n{journal}" if journal else reason
 
 
 def _refused_outcome(host_plan: HostPlan, refusal: str) -> HostDeployOutcome:
@@ -190,13 +227,7 @@ def _refused_outcome(host_plan: HostPlan, refusal: str) -> HostDeployOutcome:
         status="refused",
         error=refusal,
         services=[
-            ServiceOutcome(
-                host=host_plan.host,
-                service=s.service,
-                port=s.port,
-                status="not deployed",
-                detail="its engine environment failed or lacks its ABI manifest",
-            )
+            _service_outcome(s, "not deployed", detail="its engine environment failed or lacks its ABI manifest")
             for s in host_plan.services
         ],
     )
@@ -204,12 +235,7 @@ def _refused_outcome(host_plan: HostPlan, refusal: str) -> HostDeployOutcome:
 
 def _skipped_outcome(host_plan: HostPlan) -> HostDeployOutcome:
     return HostDeployOutcome(
-        host=host_plan.host,
-        status="skipped",
-        services=[
-            ServiceOutcome(host=host_plan.host, service=s.service, port=s.port, status="skipped")
-            for s in host_plan.services
-        ],
+        host=host_plan.host, status="skipped", services=[_service_outcome(s, "skipped") for s in host_plan.services]
     )
 
 

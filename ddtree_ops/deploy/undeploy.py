@@ -18,6 +18,7 @@ from typing import Any
 from ..config import SERVICE_NAME_PATTERN, Project
 from ..exceptions import ConfigError, HostError
 from ..hosts.ansible import run_playbook
+from .outcomes import changed_count, new_deploy_id
 
 UNDEPLOY_PLAYBOOK = "undeploy.yml"
 
@@ -26,8 +27,17 @@ UNDEPLOY_PLAYBOOK = "undeploy.yml"
 class HostUndeploy:
     host: str
     services: list[str]
-    changed: int | None = None
+    changed: int | None = None  # Ansible tasks changed on the host: 0 means there was nothing to remove
     error: str | None = None
+
+    @property
+    def status(self) -> str:
+        """removed | nothing to remove | failed | unknown (the runner reported no change count)."""
+        if self.error:
+            return "failed"
+        if self.changed is None:
+            return "unknown"
+        return "removed" if self.changed else "nothing to remove"
 
 
 @dataclass
@@ -35,9 +45,37 @@ class UndeployReport:
     ok: bool
     hosts: list[HostUndeploy] = field(default_factory=list)
     failure: str | None = None
+    operation_id: str = ""
+
+    @property
+    def nothing_removed(self) -> bool:
+        """True when every host said there was nothing to remove (a second undeploy)."""
+        return bool(self.hosts) and all(h.status == "nothing to remove" for h in self.hosts)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The `--json` document (schemas/undeploy.json): the common envelope, services as objects.
+
+        A service's `status` is `absent` once its host succeeded (it is gone now, whether this run or
+        an earlier one removed it: the host's `status` says which), else the host's status.
+        """
+        hosts = []
+        for h in self.hosts:
+            service_status = "absent" if h.status in ("removed", "nothing to remove") else h.status
+            hosts.append({
+                "host": h.host, "status": h.status, "changed": h.changed, "error": h.error,
+                "services": [{"service": name, "status": service_status} for name in h.services],
+            })  # fmt: skip
+        return {
+            "ok": self.ok,
+            "operation_id": self.operation_id,
+            "changed": any(h.status == "removed" for h in self.hosts),
+            "warnings": [],
+            "failures": [
+                {"host": h.host, "service": None, "message": f"undeploy failed on host {h.host!r}: {h.error}"}
+                for h in self.hosts if h.error
+            ],
+            "hosts": hosts,
+        }
 
 
 def plan_undeploy(
@@ -75,10 +113,12 @@ def execute_undeploy(
         progress: called with one-line status messages.
         run_playbook: the Ansible seam.
     Returns:
-        an UndeployReport (`ok` False at the first host that failed).
+        an UndeployReport (`ok` False at the first host that failed). A host where the playbook
+        changed nothing had nothing to remove (the playbook is idempotent: it only changes a host
+        that still has a unit, an env file or a state.json entry of a named service).
     """
     say = progress or (lambda _msg: None)
-    report = UndeployReport(ok=True)
+    report = UndeployReport(ok=True, operation_id="undeploy-" + new_deploy_id())
     for host, names in plan_undeploy(project, services, hosts):
         row = HostUndeploy(host=host.name, services=names)
         report.hosts.append(row)
@@ -90,6 +130,7 @@ def execute_undeploy(
             report.ok = False
             report.failure = f"undeploy failed on host {host.name!r}: {err}"
             break
-        outcome = (getattr(result, "hosts", None) or {}).get(host.name)
-        row.changed = getattr(outcome, "changed", None)
+        row.changed = changed_count(result, host.name)
+        if row.status == "nothing to remove":
+            say(f"{host.name}: nothing to remove ({', '.join(names)} not deployed there)")
     return report

@@ -4,8 +4,10 @@ Per host and service, in parallel: the systemd unit (state and restart count, ov
 manifest stored beside the host's engine environment, `/health`, `/server_info` against what was
 deployed, a short greedy generation, and the service's lifetime acceptance from `/metrics`
 (ACCEPT_DEFINITION: committed tokens per verify step, prefill excluded; see
-`metrics_text.accept_length_lifetime` for the counters it reads and its fallbacks). Every problem
-is collected (not raised) so one report shows all of them.
+`metrics_text.accept_length_lifetime` for the counters it reads and its fallbacks) next to a
+recent one (RECENT_ACCEPT_DEFINITION: the same counters' deltas between a scrape just before and
+just after healthcheck's own greedy generation, so it says how the drafter does now, not since
+start). Every problem is collected (not raised) so one report shows all of them.
 """
 
 from __future__ import annotations
@@ -25,10 +27,20 @@ from ..hosts.ssh import SSH, Transport
 from ..provision.manifest import EnvVerdict, read_env_verdict
 from ..service import server_info
 from ..service.client import ServiceClient, service_url
-from ..service.metrics_text import ACCEPT_DEFINITION, GENERATION_TOKENS, MetricsParseError, accept_length_lifetime
+from ..service.metrics_text import (
+    ACCEPT_DEFINITION,
+    GENERATION_TOKENS,
+    MetricsParseError,
+    accept_length_delta,
+    accept_length_lifetime,
+)
 
 GENERATION_PROMPT = "The capital of France is"
 GENERATION_MAX_TOKENS = 8
+RECENT_ACCEPT_DEFINITION = (
+    f"recent = over healthcheck's own {GENERATION_MAX_TOKENS}-token greedy probe (/metrics counter deltas "
+    "around it; other traffic in that second counts too); lifetime = since the server started"
+)
 
 
 @dataclass
@@ -48,6 +60,7 @@ class ServiceHealth:
     generation_tokens: int | None = None
     accept_length: float | None = None  # lifetime committed tokens per verify step, prefill excluded
     accept_source: str | None = None  # metrics_text.SOURCE_*: which counters it came from
+    accept_length_recent: float | None = None  # the same, over healthcheck's own probe (RECENT_ACCEPT_DEFINITION)
     failures: list[str] = field(default_factory=list)  # "check: what is wrong"
     warnings: list[str] = field(default_factory=list)
 
@@ -60,6 +73,10 @@ class ServiceHealth:
         d["manifest"] = self.manifest.to_dict() if self.manifest else None
         d["ok"] = self.ok
         return d
+
+    def failure_entries(self) -> list[dict[str, Any]]:
+        """This service's failures as the envelope's `{host, service, message}` items."""
+        return [{"host": self.host, "service": self.service, "message": f} for f in self.failures]
 
 
 @dataclass
@@ -80,13 +97,22 @@ class HealthReport:
         return {r.host: r.manifest for r in self.results if r.manifest is not None}
 
     def to_dict(self) -> dict[str, Any]:
+        """The `--json` document (schemas/healthcheck.json): the common envelope, services nested by host."""
+        hosts: dict[str, dict[str, Any]] = {}
+        manifests = self.manifests()
+        for r in self.results:
+            entry = hosts.setdefault(r.host, {"host": r.host, "ok": True, "services": []})
+            entry["manifest"] = manifests[r.host].to_dict() if r.host in manifests else None
+            entry["ok"] = entry["ok"] and r.ok
+            entry["services"].append(r.to_dict())
         return {
             "ok": self.ok,
             "systemd_checked": self.systemd_checked,
             "accept_definition": ACCEPT_DEFINITION,
-            "manifests": {host: verdict.to_dict() for host, verdict in self.manifests().items()},
-            "services": [r.to_dict() for r in self.results],
-            "failures": self.failures(),
+            "accept_recent_definition": RECENT_ACCEPT_DEFINITION,
+            "warnings": [f"{r.host}/{r.service}: {w}" for r in self.results for w in r.warnings],
+            "failures": [f for r in self.results for f in r.failure_entries()],
+            "hosts": list(hosts.values()),
         }
 
 
@@ -167,10 +193,13 @@ class HttpFacts:
     generation_tokens_total: float | None = None
     failures: list[str] = field(default_factory=list)
     accept_source: str | None = None
+    accept_length_recent: float | None = None  # over the probe generation (RECENT_ACCEPT_DEFINITION)
 
 
 def probe_http(url: str, timeout_s: float = 30.0) -> HttpFacts:
-    """Ask the service /health, /server_info, a greedy completion and /metrics, in that order.
+    """Ask the service /health, /server_info, /metrics, a greedy completion and /metrics again, in that order.
+
+    The two scrapes around the completion give its recent acceptance; the second the lifetime one.
 
     Stops after /health when it is not 200: the rest would only repeat that failure.
     """
@@ -191,6 +220,10 @@ def probe_http(url: str, timeout_s: float = 30.0) -> HttpFacts:
         except (httpx.HTTPError, ValueError) as err:
             facts.failures.append(f"server_info: {url}/server_info failed: {err}")
         try:
+            before = client.metrics()  # the recent acceptance's start; a failure shows in the scrape below
+        except (httpx.HTTPError, ValueError, MetricsParseError):
+            before = None
+        try:
             facts.generation = client.complete(GENERATION_PROMPT, GENERATION_MAX_TOKENS, model=client.model_id())
         except (httpx.HTTPError, ValueError) as err:
             facts.failures.append(f"generation: a {GENERATION_MAX_TOKENS}-token greedy completion failed: {err}")
@@ -199,6 +232,8 @@ def probe_http(url: str, timeout_s: float = 30.0) -> HttpFacts:
             facts.generation_tokens_total = metrics.total(GENERATION_TOKENS)
             acceptance = accept_length_lifetime(metrics)
             facts.accept_length, facts.accept_source = acceptance.value, acceptance.source
+            if before is not None:
+                facts.accept_length_recent = accept_length_delta(before, metrics).value
             if facts.generation_tokens_total is None:
                 facts.failures.append(f"metrics: {url}/metrics has no {GENERATION_TOKENS}")
         except (httpx.HTTPError, ValueError, MetricsParseError) as err:
@@ -271,6 +306,7 @@ def evaluate(
     result.generation_text, result.generation_tokens = text, tokens
     result.failures += gen_failures
     result.accept_length, result.accept_source = http.accept_length, http.accept_source
+    result.accept_length_recent = http.accept_length_recent
     return result
 
 

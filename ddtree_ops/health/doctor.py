@@ -16,6 +16,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from importlib.metadata import version as dist_version
@@ -29,6 +30,7 @@ from ..exceptions import DdtreeOpsError, HostError
 from ..hosts.layout import ENVS_DIR, env_dir, image_record_dir
 from ..hosts.probe import HostFacts, probe_host
 from ..hosts.ssh import SSH, Transport
+from ..progress import Progress, silent
 from ..provision.container import docker_sdk, image_tag, remote_docker
 from ..provision.manifest import read_env_verdict, run_on_host
 from ..provision.modes import install_mode
@@ -61,7 +63,18 @@ class DoctorReport:
         return 0 if self.ok else 1
 
     def to_dict(self) -> dict:
-        return {"ok": self.ok, "checks": [asdict(c) for c in self.checks]}
+        """The `--json` document (schemas/doctor.json): the common envelope; `checks` stays one flat
+        list in check order, each naming its scope (`control` or a host)."""
+        def where(c: Check) -> str | None:
+            return None if c.scope == "control" else c.scope
+
+        return {
+            "ok": self.ok,
+            "warnings": [f"{c.scope}: {c.name}: {c.detail}" for c in self.checks if c.status == "warn"],
+            "failures": [{"host": where(c), "service": None, "message": f"{c.name}: {c.detail}"}
+                         for c in self.checks if c.status == "fail"],  # fmt: skip
+            "checks": [asdict(c) for c in self.checks],
+        }
 
     def lines(self) -> list[str]:
         return [c.line() for c in self.checks]
@@ -139,14 +152,16 @@ def _first_line(argv: list[str]) -> str:
 
 
 def host_checks(
-    project: Project, host: Host, connect_timeout_s: int = 5, run_manifest: bool = True, transport: Transport = SSH
-) -> list[Check]:
+    project: Project, host: Host, connect_timeout_s: int = 5, run_manifest: bool = True, transport: Transport = SSH,
+    progress: Progress = silent,
+) -> list[Check]:  # fmt: skip
     """The checks of one host; later checks are skipped (not failed) when an earlier one makes them moot.
 
     Args:
         connect_timeout_s: SSH connect timeout.
         run_manifest: also run the ABI manifest in the env (it imports torch/sglang there).
         transport: the SSH seam.
+        progress: told before the slow steps (the probe, the manifest, the drift listing).
     Returns:
         the host's Check rows, in order.
     """
@@ -171,6 +186,7 @@ def host_checks(
         return checks
     checks.append(Check(name, "reachable", "ok", target))
 
+    progress(f"doctor: {name}: probing")
     try:
         facts = probe_host(host, python=project.engine.install.python, connect_timeout_s=connect_timeout_s, transport=transport)
     except HostError as err:
@@ -192,11 +208,13 @@ def host_checks(
     if lock.short_hash not in present:
         others = f"; the host has {', '.join(present)}" if present else ""
         checks.append(Check(name, "manifest", "skip", f"{env} does not exist yet"))
-        checks.append(Check(name, "drift", "warn", f"the lock's env {lock.short_hash} is not on the host{others} — run ddtree-ops provision {name}"))
+        checks.append(Check(name, "drift", "warn", f"the lock's env {lock.short_hash} is not on the host{others} — run ddtree-ops provision --hosts {name}"))
         return checks
 
     if run_manifest:
+        progress(f"doctor: {name}: running the ABI manifest in {env} (imports the engine's packages there)")
         checks.append(manifest_check(host, env, project.engine.backend, lock, transport))
+    progress(f"doctor: {name}: comparing {env} with its lock")
     checks.append(drift_check(host, env, lock, connect_timeout_s, transport))
     return checks
 
@@ -219,7 +237,7 @@ def container_host_checks(host: Host, lock, connect_timeout_s: int, transport: T
     checks = [Check(name, "docker", "ok", f"Docker {lines[-1]}")]
     inspect = transport.call(host, f"{docker} image inspect --format '{{{{.Id}}}}' {shlex.quote(tag)}", timeout_s=30, connect_timeout_s=connect_timeout_s)
     if inspect.returncode != 0:
-        checks.append(Check(name, "image", "warn", f"{tag} is not on the host — run ddtree-ops provision {name}"))
+        checks.append(Check(name, "image", "warn", f"{tag} is not on the host — run ddtree-ops provision --hosts {name}"))
         return checks + [Check(name, "manifest", "skip", f"{tag} not loaded")]
     checks.append(Check(name, "image", "ok", f"{tag} ({inspect.stdout.strip()[:19]})"))
     try:
@@ -399,19 +417,31 @@ def run_doctor(
     connect_timeout_s: int = 5,
     run_manifest: bool = True,
     transport: Transport = SSH,
+    progress: Progress = silent,
 ) -> DoctorReport:
     """Control checks, then every host's checks in parallel (reported in the project's host order).
 
     Args:
         container_mode: check Docker here too (None: when engine.install.mode says so).
         transport: the SSH seam.
+        progress: one line when the hosts' checks start, before each host's slow steps, and as each
+            host finishes (with its counts and seconds), so a 10 s manifest run is not silent.
     Returns:
         the report (exit code 0 when nothing failed).
     """
     checks = control_checks(project, container_mode)
     if hosts:
+        progress(f"doctor: checking {len(hosts)} host(s) in parallel (SSH connect timeout {connect_timeout_s}s)")
+
+        def one(host: Host) -> list[Check]:
+            started = time.monotonic()
+            rows = host_checks(project, host, connect_timeout_s, run_manifest, transport, progress)
+            counts = ", ".join(f"{n} {status}" for status in ("fail", "warn", "ok") if (n := sum(c.status == status for c in rows)))
+            progress(f"doctor: {host.name}: done in {time.monotonic() - started:.1f}s ({counts})")
+            return rows
+
         with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
-            per_host = list(pool.map(lambda h: host_checks(project, h, connect_timeout_s, run_manifest, transport), hosts))
+            per_host = list(pool.map(one, hosts))
         for host_rows in per_host:
             checks.extend(host_rows)
     return DoctorReport(tuple(checks))

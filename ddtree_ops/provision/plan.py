@@ -12,7 +12,9 @@ from typing import Callable
 
 from ..config import Host, Project
 from ..exceptions import ConfigError, HostError
-from ..hosts.probe import HostFacts, load_facts, probe_host
+from ..hosts.probe import HostFacts, load_facts, probe_host, probe_in_parallel
+from ..hosts.ssh import SSH, Transport
+from ..progress import Progress, silent
 from .kinds import attention_backend_for, engine_release, lock_kind
 from .lock import EngineLock
 from .resolve import Refusal
@@ -62,29 +64,50 @@ def plan_provision(project: Project, host: Host, facts: HostFacts, facts_source:
     return PlanResult(host.name, facts_source, facts, result, None)
 
 
+DEFAULT_CONNECT_TIMEOUT_S = 5  # the same default as `doctor --connect-timeout`
+
+
 def plan_hosts(
     project: Project,
     hosts: list[Host],
     facts_file: str | None = None,
     target_archs: tuple[str, ...] = (),
-    probe: Callable[[Host], HostFacts] = probe_host,
+    probe: Callable[[Host], HostFacts] | None = None,
+    connect_timeout_s: int = DEFAULT_CONNECT_TIMEOUT_S,
+    transport: Transport = SSH,
+    progress: Progress = silent,
 ) -> list[PlanResult]:
-    """Plan every host: from `facts_file` (one host only) or a live probe of each. Unreachable hosts
-    become a PlanResult with `error`, so one dead host does not hide the others' plans."""
+    """Plan every host: from `facts_file` (one host only) or a live probe of each, all probed at once.
+
+    Unreachable hosts become a PlanResult with `error`, so one dead host does not hide the others'
+    plans; probing in parallel means two dead hosts cost one connect timeout, not two.
+
+    Args:
+        facts_file: a recorded probe of the one host in `hosts` (nothing is probed then).
+        target_archs: GPU architectures to plan for when the facts show no GPU.
+        probe: host -> facts (default: the probe script over SSH with engine.install.python).
+        connect_timeout_s: SSH connect timeout of each live probe.
+        transport: the SSH seam of the default probe.
+        progress: told when probing starts and as each host answers.
+    Returns:
+        one PlanResult per host, in the order of `hosts`.
+    Raises:
+        ConfigError: `facts_file` with more than one host, or a malformed facts file.
+    """
     if facts_file and len(hosts) != 1:
-        raise ConfigError(f"--facts {facts_file} describes one host: name it (provision HOST --plan --facts FILE)")
-    recorded = load_facts(facts_file) if facts_file else None  # ConfigError first: bad input before any host
+        raise ConfigError(f"--facts {facts_file} describes one host: name it (provision --plan --hosts HOST --facts FILE)")
+    if facts_file:
+        recorded = load_facts(facts_file)  # ConfigError first: bad input before any host
+        return [plan_provision(project, hosts[0], recorded, facts_file, target_archs)]
+    python = project.engine.install.python
+    probe = probe or (lambda host: probe_host(host, python=python, connect_timeout_s=connect_timeout_s, transport=transport))
+    progress(f"plan: probing {len(hosts)} host(s) in parallel (SSH connect timeout {connect_timeout_s}s)")
     results = []
-    for host in hosts:
-        if recorded is not None:
-            results.append(plan_provision(project, host, recorded, facts_file, target_archs))
-            continue
-        try:
-            facts = probe(host)
-        except HostError as err:
-            results.append(PlanResult(host.name, "probe over SSH", None, None, None, str(err)))
-            continue
-        results.append(plan_provision(project, host, facts, "probe over SSH", target_archs))
+    for host, facts in zip(hosts, probe_in_parallel(hosts, probe, progress)):
+        if isinstance(facts, HostError):
+            results.append(PlanResult(host.name, "probe over SSH", None, None, None, str(facts)))
+        else:
+            results.append(plan_provision(project, host, facts, "probe over SSH", target_archs))
     return results
 
 

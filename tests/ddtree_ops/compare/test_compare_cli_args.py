@@ -1,6 +1,8 @@
 """Bad compare arguments exit 2 before any host is contacted (nothing listens on these ports,
 so reaching the network would show up as exit 1) and before the report folder is made."""
 
+import json
+
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -76,11 +78,22 @@ def test_plan_hosts_keeps_hosts_running_both():
         plan_hosts(project, project.service("baseline"), project.service("only-h2"), ["h1"])
 
 
-def test_unreachable_service_exits_1_and_still_writes_the_report(project_path):
+def test_a_service_that_is_down_exits_1_naming_each_and_writes_nothing(project_path):
+    # Nothing listens on 1031/1032: both arms are named, nothing is measured, no report folder appears.
     r, out = _invoke(project_path, "--hosts", "h1", "--runs", "1", "--timeout", "5")
     assert r.exit_code == 1, r.output
-    assert "h1/baseline: warm-up failed (http://127.0.0.1:1031)" in r.output
-    assert (out / "compare.json").exists() and (out / "compare.md").exists()
+    assert "not every service is healthy, so nothing was measured and no report was written" in r.stderr
+    assert "h1/baseline: cannot reach http://127.0.0.1:1031/health" in r.stderr
+    assert "h1/tree: cannot reach http://127.0.0.1:1032/health" in r.stderr
+    assert "warm-up" not in r.output
+    assert not out.exists()
+
+    r, out = _invoke(project_path, "--hosts", "h1", "--json")
+    assert r.exit_code == 1 and not out.exists()
+    doc = json.loads(r.stdout)
+    assert doc["ok"] is False and doc["command"] == "compare"
+    assert doc["error"]["exit_code"] == 1 and doc["error"]["kind"] == "check"
+    assert "h1/tree: cannot reach" in doc["error"]["message"]
 
 
 def test_default_out_dir_is_timestamped():

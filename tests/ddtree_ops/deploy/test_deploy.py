@@ -35,6 +35,7 @@ from ddtree_ops.hosts.ssh import Transport
 
 from manifest_docs import H200_MANIFEST as MANIFEST_FIXTURE
 from manifest_docs import failed_manifest_doc
+from json_schemas import validate
 ENV = "/opt/ddtree/envs/0123456789abcdef"
 
 
@@ -171,24 +172,37 @@ class RecordingRunner:
         (host,) = hosts
         self.calls.append((playbook, host.name, extravars))
         services = self.state.setdefault(host.name, {})
+        if playbook == "undeploy.yml":
+            # Like the role: forget the named services; Ansible's changed count is 0 when none was there.
+            removed = [n for n in extravars["ddtree_deploy_rollback_services"] if services.pop(n, None) is not None]
+            return SimpleNamespace(hosts={host.name: SimpleNamespace(changed=2 * len(removed))})
         report_dir = Path(extravars["ddtree_deploy_report_dir"])
         if playbook == "deploy.yml":
             for s in extravars["ddtree_deploy_services"]:
-                old = services.get(s["name"], {}).get("current")
+                old = services.get(s["name"], {})
+                if old.get("args") == s["serve_args"]:
+                    continue  # the same rendered release is already current: the role leaves it alone
                 services[s["name"]] = {
                     "current": f"new-{s['name']}",
-                    "previous": old,
+                    "previous": old.get("current"),
                     "deploy_id": extravars["ddtree_deploy_id"],
+                    "args": s["serve_args"],
                 }
         elif playbook == "rollback.yml":
             for name in extravars.get("ddtree_deploy_journal_services", []):
                 (report_dir / f"{host.name}-{name}.journal").write_text(f"line 1\n{name}: model path does not exist\n")
+            after_gate = extravars.get("ddtree_deploy_rollback_deploy_id")
             for name, entry in services.items():
-                if entry.get("deploy_id") == extravars.get("ddtree_deploy_rollback_deploy_id"):
+                # After a failed gate: what that rollout installed; by hand: the named ones with a previous release.
+                chosen = entry.get("deploy_id") == after_gate if after_gate else (
+                    name in extravars["ddtree_deploy_rollback_services"] and entry.get("previous")
+                )
+                if chosen:
                     services[name] = {
                         "current": entry["previous"],
                         "previous": None,
                         "rolled_back_by": extravars["ddtree_deploy_id"],
+                        "rolled_back_from": entry["current"],
                     }
         (report_dir / f"{host.name}.state.json").write_text(json.dumps({"services": services}))
 
@@ -440,3 +454,105 @@ def test_rollback_gates_restored_services_on_health_alone(fleet):
     runner.state["h1"] = {"tree": {"current": "new-tree", "previous": "old-tree"}}
     report = execute_rollback(parse_project(project_doc(ports, timeout_s=0.3)), services=["tree"], hosts=["h1"], run_playbook=runner)
     assert not report.ok and "is not healthy after the rollback" in report.failure
+
+
+# --- issue 16: honest output, rollback's verdict, undeploy's confirmation, one JSON shape ---------
+
+
+def test_a_second_identical_deploy_says_up_to_date_and_shows_the_settings(config_file):
+    first = invoke(config_file, "deploy", "--budget", "15", "--topk", "8")
+    assert first.exit_code == 0, first.output
+    assert "installed new releases of baseline (dflash block 16), tree (ddtree budget 15, topk 8, block 16)" in first.stderr
+    assert "healthy after" in first.stderr
+
+    again = invoke(config_file, "deploy", "--budget", "15", "--topk", "8")
+    assert again.exit_code == 0, again.output
+    assert "installing" not in again.stderr and "healthy after" not in again.stderr, again.stderr
+    assert "h1: up to date, nothing changed; baseline (dflash block 16), tree (ddtree budget 15, topk 8, block 16) healthy" in again.stderr
+    assert "up to date, nothing changed" in again.stdout
+    # The table shows what runs, and nothing is cut to 80 columns when stdout is not a terminal.
+    row = next(line for line in again.stdout.splitlines() if " tree " in line and "h2" in line)
+    assert "unchanged" in row and "ddtree budget 15, topk 8, block 16" in row and "new-tree" in row
+    assert max(len(line) for line in again.stdout.splitlines()) > 80 and "…" not in again.stdout
+
+    doc = validate(json.loads(invoke(config_file, "deploy", "--json").stdout))
+    assert doc["changed"] is False and doc["failures"] == []
+    assert {(s["status"], s["release_changed"]) for h in doc["hosts"] for s in h["services"]} == {("unchanged", False)}
+    tree = next(s for s in doc["hosts"][0]["services"] if s["service"] == "tree")
+    assert (tree["algorithm"], tree["budget"], tree["topk"], tree["block_size"]) == ("ddtree", 15, 8, 16)
+
+
+def test_rollback_with_nothing_to_roll_back_exits_1_and_says_why(config_file):
+    assert invoke(config_file, "deploy").exit_code == 0  # first releases: nothing before them
+    result = invoke(config_file, "rollback", "--hosts", "h1", "--services", "tree")
+    assert result.exit_code == 1, result.output
+    assert "error: nothing to roll back: tree on h1 has no previous release" in result.stderr
+
+    doc = validate(json.loads(invoke(config_file, "rollback", "--json").stdout))
+    assert doc["ok"] is False and doc["changed"] is False
+    assert {(f["host"], f["service"]) for f in doc["failures"]} == {(h, s) for h in ("h1", "h2") for s in ("baseline", "tree")}
+
+    assert invoke(config_file, "undeploy", "--hosts", "h1", "--services", "tree").exit_code == 0
+    result = invoke(config_file, "rollback", "--hosts", "h1", "--services", "tree")
+    assert result.exit_code == 1 and "nothing to roll back: tree on h1 is not deployed" in result.stderr
+    doc = validate(json.loads(invoke(config_file, "rollback", "--hosts", "h1", "--json").stdout))
+    assert {s["service"]: s["status"] for s in doc["hosts"][0]["services"]} == {
+        "baseline": "no previous release", "tree": "not deployed"}
+
+
+def test_a_real_rollback_reports_the_change(config_file):
+    _path, runner, _seams = config_file
+    runner.state["h1"] = {"tree": {"current": "new-tree", "previous": "old-tree"}, "baseline": {"current": "b1"}}
+    result = invoke(config_file, "rollback", "--hosts", "h1", "--json")
+    assert result.exit_code == 0, result.output
+    doc = validate(json.loads(result.stdout))
+    by_service = {s["service"]: s for s in doc["hosts"][0]["services"]}
+    assert doc["ok"] and doc["changed"] is True and doc["operation_id"].startswith("rollback-")
+    assert (by_service["tree"]["status"], by_service["tree"]["release_changed"]) == ("rolled back", True)
+    assert (by_service["tree"]["release_id"], by_service["tree"]["previous_release_id"]) == ("old-tree", "new-tree")
+    # Partly rolled back is a success with a warning for the service that had nothing to go back to.
+    assert by_service["baseline"]["status"] == "no previous release"
+    assert doc["warnings"] == ["nothing to roll back: baseline on h1 has no previous release"]
+
+
+def test_undeploy_without_a_selection_needs_all_or_a_confirmation(config_file, monkeypatch):
+    _path, runner, _seams = config_file
+    assert invoke(config_file, "deploy").exit_code == 0
+    deployed_calls = len(runner.calls)
+
+    refused = invoke(config_file, "undeploy")  # CliRunner's stdin is not a terminal
+    assert refused.exit_code == 2, refused.output
+    assert "removes every service on every host (h1: baseline, tree; h2: baseline, tree)" in refused.stderr
+    assert "Pass --all (or --yes)" in refused.stderr and len(runner.calls) == deployed_calls
+    both = invoke(config_file, "undeploy", "--all", "--services", "tree")
+    assert both.exit_code == 2 and len(runner.calls) == deployed_calls
+
+    monkeypatch.setattr("ddtree_ops.cli.deploy.stdin_is_interactive", lambda: True)
+    declined = CliRunner().invoke(cli, ["-c", str(config_file[0]), "undeploy"], input="n\n", obj={"seams": config_file[2]})
+    assert declined.exit_code == 2 and "cancelled" in declined.stderr and len(runner.calls) == deployed_calls
+    accepted = CliRunner().invoke(cli, ["-c", str(config_file[0]), "undeploy"], input="y\n", obj={"seams": config_file[2]})
+    assert accepted.exit_code == 0, accepted.output
+    assert "h1: removed baseline, tree" in accepted.stdout and runner.state == {"h1": {}, "h2": {}}
+
+    again = invoke(config_file, "undeploy", "--all")
+    assert again.exit_code == 0, again.output
+    assert "h1: nothing to remove (baseline, tree not deployed there)" in again.stdout
+    assert "nothing to remove: no selected service was deployed on any selected host" in again.stdout
+    doc = validate(json.loads(invoke(config_file, "undeploy", "--yes", "--json").stdout))
+    assert doc["changed"] is False and [h["status"] for h in doc["hosts"]] == ["nothing to remove"] * 2
+    assert doc["hosts"][0]["services"] == [{"service": "baseline", "status": "absent"}, {"service": "tree", "status": "absent"}]
+
+
+def test_errors_in_json_mode_are_one_json_document(config_file):
+    result = invoke(config_file, "deploy", "--hosts", "nope", "--json")
+    assert result.exit_code == 2
+    doc = validate(json.loads(result.stdout))
+    assert doc == {"ok": False, "command": "deploy",
+                   "error": {"message": doc["error"]["message"], "exit_code": 2, "kind": "config"}}
+    assert "unknown host 'nope'" in doc["error"]["message"] and "unknown host 'nope'" in result.stderr
+    usage = invoke(config_file, "undeploy", "--bogus", "--json")
+    assert usage.exit_code == 2 and validate(json.loads(usage.stdout))["error"]["kind"] == "usage"
+    assert "No such option" in usage.stderr
+    # Without --json an error stays a line on stderr, stdout stays empty.
+    plain = invoke(config_file, "deploy", "--hosts", "nope")
+    assert plain.exit_code == 2 and plain.stdout == ""

@@ -210,7 +210,9 @@ def test_the_health_document_says_which_acceptance_it_shows():
     result = evaluate(host, TREE, PROJECT, http, None, None)
     doc = HealthReport([result], systemd_checked=False).to_dict()
     assert doc["accept_definition"] == "accept = committed tokens per verify step, prefill excluded"
-    assert (doc["services"][0]["accept_length"], doc["services"][0]["accept_source"]) == (2.25, "verify_committed_tokens")
+    (service,) = doc["hosts"][0]["services"]
+    assert (service["accept_length"], service["accept_source"]) == (2.25, "verify_committed_tokens")
+    assert doc["accept_recent_definition"].startswith("recent = over healthcheck's own 8-token greedy probe")
 
 
 MANIFEST_FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "manifests" / "h200-manifest.json"
@@ -225,8 +227,8 @@ def test_the_env_manifest_verdict_is_shown_and_a_failed_one_fails_the_host():
     ok = evaluate(host, TREE, PROJECT, http, facts, None, passed)
     assert ok.ok and ok.manifest.short() == "ok"
     document = HealthReport([ok], systemd_checked=True).to_dict()
-    assert document["manifests"]["h1"]["status"] == "ok"
-    assert document["services"][0]["manifest"]["env"] == "/opt/ddtree/envs/abc"
+    assert document["hosts"][0]["manifest"]["status"] == "ok"
+    assert document["hosts"][0]["services"][0]["manifest"]["env"] == "/opt/ddtree/envs/abc"
     json.dumps(document)  # one JSON document, nothing unserialisable
 
     doc = json.loads(MANIFEST_FIXTURE.read_text())
@@ -293,5 +295,97 @@ def test_cli_json_is_one_document_even_on_failure(project_file):
     assert r.exit_code == 1
     doc = json.loads(r.stdout)
     assert doc["ok"] is False and doc["systemd_checked"] is False
-    assert [s["service"] for s in doc["services"]] == ["baseline", "tree"]
-    assert all(s["unit"] is None for s in doc["services"])
+    (host,) = doc["hosts"]
+    assert host["host"] == "h1" and [s["service"] for s in host["services"]] == ["baseline", "tree"]
+    assert all(s["unit"] is None for s in host["services"])
+    # The envelope: each failed check is one {host, service, message}.
+    assert {(f["host"], f["service"]) for f in doc["failures"]} == {("h1", "baseline"), ("h1", "tree")}
+    assert all(f["message"].startswith("health: cannot reach") for f in doc["failures"])
+
+
+# ---- issue 16: a recent acceptance next to the lifetime one; the JSON envelope ------------------
+
+
+class CountingEngine:
+    """A real HTTP server that keeps SGLang's counters the way the engine does: a long history
+    (lifetime acceptance 1.50) and, per completion, 2 verify steps committing 6 of its 7 tokens."""
+
+    def __init__(self):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.counters = {"verify": 100, "committed": 150, "generated": 190, "requests": 40}
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _send(self, code, body, kind="application/json"):
+                data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("content-type", kind)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                c = outer.counters
+                if self.path == "/health":
+                    self._send(200, {})
+                elif self.path == "/server_info":
+                    self._send(200, GOOD_INFO)
+                elif self.path == "/v1/models":
+                    self._send(200, {"data": [{"id": "lab"}]})
+                elif self.path == "/metrics":
+                    self._send(200, (
+                        f"# TYPE sglang:spec_verify_calls counter\nsglang:spec_verify_calls_total {c['verify']}\n"
+                        f"# TYPE ddtree:verify_committed_tokens counter\nddtree:verify_committed_tokens_total {c['committed']}\n"
+                        f"# TYPE sglang:generation_tokens counter\nsglang:generation_tokens_total {c['generated']}\n"
+                        f"# TYPE sglang:num_requests counter\nsglang:num_requests_total {c['requests']}\n"
+                    ), "text/plain; version=0.0.4")
+                else:
+                    self._send(404, {})
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                c = outer.counters
+                c["verify"] += 2
+                c["committed"] += 6
+                c["generated"] += 7
+                c["requests"] += 1
+                self._send(200, {"choices": [{"text": " Paris, the capital"}], "usage": {"completion_tokens": 7}})
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_healthcheck_shows_a_recent_acceptance_next_to_the_lifetime_one(project_file):
+    from json_schemas import validate
+
+    engine = CountingEngine()
+    try:
+        doc = project_doc(tree_port=engine.port)
+        doc["services"] = [s for s in doc["services"] if s["name"] == "tree"]
+        path = project_file(doc)
+        r = CliRunner().invoke(cli, ["-c", path, "healthcheck", "--hosts", "h1", "--no-systemd", "--json"], catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+        document = validate(json.loads(r.stdout))
+        (service,) = document["hosts"][0]["services"]
+        # Recent: this probe's own 2 steps committing 6 tokens; lifetime: (150 + 6) / (100 + 2).
+        assert service["accept_length_recent"] == 3.0
+        assert service["accept_length"] == pytest.approx(156 / 102)
+        assert document["command"] == "healthcheck" and document["failures"] == [] and document["warnings"] == []
+
+        table = CliRunner().invoke(cli, ["-c", path, "healthcheck", "--hosts", "h1", "--no-systemd"], catch_exceptions=False)
+        assert table.exit_code == 0, table.output
+        row = next(line for line in table.stdout.splitlines() if "tree" in line and "h1" in line)
+        assert "3.00" in row and "1.56" in row  # lifetime now (162 / 104): this is the second probe
+        assert "recent = over healthcheck's own 8-token greedy probe" in " ".join(table.stdout.split())
+    finally:
+        engine.close()

@@ -96,6 +96,12 @@ def test_second_identical_deploy_changes_nothing(deployed):
     assert [h["changed"] for h in second["hosts"]] == [0] * len(project.hosts)
     releases = lambda r: {(h["host"], s["service"]): s["release_id"] for h in r["hosts"] for s in h["services"]}
     assert releases(second) == releases(first)
+    # Said so, with the settings that are deployed, not "installing" and "healthy after 0.0s".
+    assert second["command"] == "deploy" and second["changed"] is False and second["failures"] == []
+    assert {s["status"] for h in second["hosts"] for s in h["services"]} == {"unchanged"}
+    assert "up to date, nothing changed" in result.stderr and "installing" not in result.stderr
+    assert "healthy after" not in result.stderr
+    assert "tree (ddtree budget 15, topk 8, block 16)" in result.stderr
 
 
 def test_unhealthy_deploy_rolls_back_the_first_host_and_leaves_the_second_untouched(deployed, tmp_path):
@@ -143,7 +149,35 @@ def test_rollback_command_restores_the_previous_release(deployed):
 
     result = _run("-c", config, "rollback", "--hosts", first, "--services", "tree", "--json")
     assert result.exit_code == 0, result.output
-    (host,) = json.loads(result.stdout)["hosts"]
+    doc = json.loads(result.stdout)
+    (host,) = doc["hosts"]
     assert host["status"] == "rolled back" and host["services"][0]["healthy_after_s"] is not None
+    assert host["services"][0]["release_changed"] is True and doc["changed"] is True
     info = _server_info(project, first, "tree")
     assert (info["speculative_ddtree_budget"], info["speculative_ddtree_topk"]) == (15, 8)
+
+    # The rollback used up the previous release: a second one has nothing to go back to, and says so.
+    again = _run("-c", config, "rollback", "--hosts", first, "--services", "tree")
+    assert again.exit_code == 1, again.output
+    assert f"nothing to roll back: tree on {first} has no previous release" in again.stderr
+
+
+def test_undeploy_asks_then_removes_then_has_nothing_to_remove(deployed):
+    # Last in this module: it removes the services the others use.
+    config, project, _report = deployed
+    last = project.hosts[-1].name
+    refused = _run("-c", config, "undeploy")  # CliRunner's stdin is no terminal, and no --yes/--all
+    assert refused.exit_code == 2 and "Pass --all (or --yes)" in refused.output
+    assert SSH.run(project.hosts[-1], "systemctl is-active ddtree-tree.service").strip() == "active"
+
+    removed = _run("-c", config, "undeploy", "--hosts", last, "--services", "tree", "--json")
+    assert removed.exit_code == 0, removed.output
+    (host,) = json.loads(removed.stdout)["hosts"]
+    assert host["status"] == "removed" and host["services"] == [{"service": "tree", "status": "absent"}]
+
+    again = _run("-c", config, "undeploy", "--hosts", last, "--services", "tree")
+    assert again.exit_code == 0, again.output
+    assert f"{last}: nothing to remove (tree not deployed there)" in again.stdout
+
+    rollback = _run("-c", config, "rollback", "--hosts", last, "--services", "tree")
+    assert rollback.exit_code == 1 and f"nothing to roll back: tree on {last} is not deployed" in rollback.stderr

@@ -81,7 +81,7 @@ def test_doctor_against_the_lab_hosts(lab_fleet):
             expected = ("ok", f"{ENVS_DIR}/{short}: {len(lock['requirements'])} pinned packages match")
         else:
             others = f"; the host has {', '.join(present)}" if present else ""
-            expected = ("warn", f"the lock's env {short} is not on the host{others} — run ddtree-ops provision {name}")
+            expected = ("warn", f"the lock's env {short} is not on the host{others} — run ddtree-ops provision --hosts {name}")
         assert (rows[(name, "drift")]["status"], rows[(name, "drift")]["detail"]) == expected
 
 

@@ -58,9 +58,14 @@ def test_healthcheck_passes_on_the_deployed_lab(deployed_lab):
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["ok"] and doc["systemd_checked"]
-    assert len(doc["services"]) == len(project.hosts) * len(project.services)
-    for s in doc["services"]:
+    assert doc["command"] == "healthcheck" and doc["failures"] == []
+    assert [h["host"] for h in doc["hosts"]] == [h.name for h in project.hosts]
+    services = [s for h in doc["hosts"] for s in h["services"]]
+    assert len(services) == len(project.hosts) * len(project.services)
+    for s in services:
         assert s["unit"]["active_state"] == "active" and s["unit"]["sub_state"] == "running"
+        # The probe's own steps: a speculative arm commits at least one token per verify step.
+        assert s["accept_length_recent"] is not None and s["accept_length_recent"] >= 1.0
         assert s["health_status"] == 200 and s["info_mismatches"] == []
         assert s["generation_tokens"] >= 1
         if s["service"] == "tree":
@@ -77,6 +82,9 @@ def test_compare_on_the_lab(deployed_lab, tmp_path):
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert sorted(doc["settings"]["hosts"]) == sorted(h.name for h in project.hosts)
+    assert (doc["settings"]["budget"], doc["settings"]["topk"], doc["settings"]["block_size"]) == (15, 8, 16)
+    assert any("--runs 1" in w for w in doc["warnings"])
+    assert "budget 15, topk 8, block size 16" in (out / "compare.md").read_text()
     assert all(p["lossless"]["ok"] for p in doc["prompts"])
     assert all(run["completion_tokens"] == run["generation_tokens_delta"] for run in doc["runs"])
     assert (out / "compare.png").exists() and (out / "compare.md").exists()
@@ -107,9 +115,10 @@ def test_healthcheck_names_a_stopped_service(deployed_lab):
         assert r.exit_code == 1, r.output
         doc = json.loads(r.stdout)
         assert any(
-            f.startswith(f"{host}/tree: unit: ddtree-tree.service is inactive/dead") for f in doc["failures"]
+            (f["host"], f["service"]) == (host, "tree") and f["message"].startswith("unit: ddtree-tree.service is inactive/dead")
+            for f in doc["failures"]
         ), doc["failures"]
-        others = [f for f in doc["failures"] if not f.startswith(f"{host}/tree: ")]
+        others = [f for f in doc["failures"] if (f["host"], f["service"]) != (host, "tree")]
         assert others == []
     finally:
         _on_host(project, host, "systemctl start ddtree-tree.service")

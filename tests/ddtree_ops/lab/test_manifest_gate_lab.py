@@ -70,7 +70,7 @@ def test_a_broken_env_fails_its_manifest_and_deploy_stops_at_that_host(lab_fleet
         assert SSH.run(lab2, "cat /var/lib/ddtree/state.json") == state_before, "lab-2 must not be touched"
 
         health = _run("-c", config, "healthcheck", "--hosts", "lab-1,lab-2", "--json")
-        manifests = json.loads(health.stdout)["manifests"]
+        manifests = {h["host"]: h["manifest"] for h in json.loads(health.stdout)["hosts"]}
         assert (manifests["lab-1"]["status"], manifests["lab-2"]["status"]) == ("ok", "failed")
         assert any(BROKEN_CHECK in line for line in manifests["lab-2"]["failures"])
         assert health.exit_code == 1
