@@ -24,7 +24,7 @@ def _invoke(*args: str):
 
 def _project_file(path: Path, host: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(lab_project({host: "192.0.2.10"}, path.parent / "id_ed25519")))
+    path.write_text(yaml.safe_dump(lab_project({host: "127.0.0.1"}, path.parent / "id_ed25519")))
     return path
 
 

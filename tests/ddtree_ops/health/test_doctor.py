@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import shutil
 import subprocess
 from pathlib import Path
@@ -48,12 +49,18 @@ def test_host_on_a_closed_port_is_unreachable_and_exits_1(tmp_path):
 
 
 def test_host_that_does_not_answer_times_out_quickly(tmp_path):
-    # 192.0.2.0/24 is TEST-NET-1: packets go nowhere, so only the connect timeout ends the attempt.
-    config = write_project(tmp_path, [{"name": "silent", "address": "192.0.2.10"}])
-    result = invoke("-c", str(config), "doctor", "--connect-timeout", "2")
+    # A socket on 127.0.0.1 that listens but never speaks: the TCP handshake completes (the kernel's
+    # backlog answers it) and no SSH banner ever comes, so only the connect timeout ends the attempt.
+    # Loopback only: tests never send traffic to any other address.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        config = write_project(tmp_path, [{"name": "silent", "address": "127.0.0.1", "ssh": {"port": port}}])
+        result = invoke("-c", str(config), "doctor", "--connect-timeout", "2")
     assert result.exit_code == 1
     line = next(l for l in result.stdout.splitlines() if " silent " in l and "reachable" in l)
-    assert line.startswith("FAIL") and "unreachable over SSH (root@192.0.2.10:22)" in line
+    assert line.startswith("FAIL") and f"unreachable over SSH (root@127.0.0.1:{port})" in line
 
 
 def test_unknown_host_is_a_usage_error(tmp_path):

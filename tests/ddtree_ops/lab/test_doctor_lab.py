@@ -4,6 +4,7 @@ build, a dead host."""
 from __future__ import annotations
 
 import json
+import socket
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -151,7 +152,13 @@ def test_doctor_names_a_lab_host_that_stopped_answering(lab_fleet, tmp_path):
     # The lab's own project plus one host that does not exist: the lab host passes, that one fails.
     project = yaml.safe_load(Path(lab_fleet.config_path).read_text())
     key = project["hosts"][0].get("ssh", {}).get("key")
-    project["hosts"].append({"name": "gone", "address": "192.0.2.77", "ssh": {"key": key} if key else {}})
+    # A closed port on 127.0.0.1 stands in for a host that stopped answering (loopback only: tests
+    # never send traffic to any other address).
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    gone_ssh = {"port": closed_port, **({"key": key} if key else {})}
+    project["hosts"].append({"name": "gone", "address": "127.0.0.1", "ssh": gone_ssh})
     config = tmp_path / "ddtree.yaml"
     config.write_text(yaml.safe_dump(project))
     result = invoke("-c", str(config), "doctor", "--no-manifest", "--connect-timeout", "2", "lab-1", "gone")
