@@ -113,7 +113,7 @@ class RenderedContext:
 def render_dockerfile(lock, wheelhouse_tar: Path, source: str = "wheelhouse", cpu_base: str = LAB_BASE_IMAGE) -> RenderedContext:
     """The Dockerfile (and the files its context needs) for `lock`.
 
-    The env is built in a build stage with the same pip commands a host runs (`ddtree_ops.install`),
+    The env is built in a build stage with the same pip commands a host runs (`ddtree_ops.provision.install`),
     and only the env is copied into the final image.
 
     Args:

@@ -15,7 +15,7 @@ from ddtree_engine.server.metrics import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from ddtree_ops.metrics_text import parse_metrics
+from ddtree_ops.service.metrics_text import parse_metrics
 
 
 def _result(steps, prompt_tokens=5):
@@ -146,7 +146,7 @@ def test_label_values_round_trip_through_the_escaping(model_name):
     assert len(text.splitlines()) == 3 * len(EXPECTED_FAMILIES), "a newline in a label stays escaped on its line"
     for family in text_string_to_metric_families(text):
         assert family.samples[0].labels == {"model_name": model_name}
-    # ... and the control side's reader (ddtree_ops.metrics_text) agrees with prometheus_client's.
+    # ... and the control side's reader (ddtree_ops.service.metrics_text) agrees with prometheus_client's.
     m = parse_metrics(text)
     assert {s.labels["model_name"] for s in m.samples} == {model_name}
     assert m.total("sglang:generation_tokens_total") == 3.0
