@@ -36,7 +36,8 @@ def test_unsafe_leaks_and_safe_does_not(engines):
                 assert sum(s.accepted_drafts for s in result.steps) > 10  # the siblings really were accepted
             else:
                 diverged += result.token_ids != reference
-    assert diverged >= 1, "unsafe mode never diverged: the test cannot tell leakage apart"
+    # Measured: every prompt diverges (with the slow GDN decay and with Hugging Face's default).
+    assert diverged == len(PROMPTS), f"unsafe mode diverged on {diverged} of {len(PROMPTS)} prompts"
 
 
 def test_unsafe_is_harmless_on_attention_only_targets(engines):

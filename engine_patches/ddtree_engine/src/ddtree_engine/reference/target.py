@@ -238,5 +238,21 @@ class TargetRunner:
                 layer_cache.window = window_after(pend.conv_input, layer_cache.window, pend.window_index, last).to(
                     layer_cache.window.dtype
                 )
-                layer_cache.state = (pend.states[0] if output.linear else pend.states[last]).clone()
+                state_node = 0 if output.linear else committed_state_node(path)
+                layer_cache.state = pend.states[state_node].clone()
         cache.length += len(path)
+
+
+def committed_state_node(path: list[int]) -> int:
+    """The tree node whose recurrent state `TargetRunner.commit` keeps.
+
+    Args:
+        path: accepted node indices, root (0) first.
+
+    Returns:
+        The last accepted node. Not `len(path) - 1`: nodes are depth-major, so the node at that
+        flattened index is usually a sibling or cousin of the accepted one (tests patch this
+        function to check that such a slip is caught).
+    """
+    return path[-1]
+

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
@@ -84,8 +85,55 @@ def save_drafter(model: DFlashDraftModel, out_dir: Path) -> None:
     save_file(state, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
 
 
-def make_tiny_pair(out_dir: str | Path, arch: str = "qwen3", seed: int = 0, block_size: int = 16) -> tuple[Path, Path]:
+# Hugging Face initialises a Gated-DeltaNet's decay rate A = exp(A_log) uniformly in [0.01, 16]
+# with dt_bias 1, so a random layer keeps about 1e-4 of its recurrent state per token: the
+# state barely reaches the output and a wrong state goes unnoticed. With A = 0.05 and
+# dt_bias 0 a token keeps exp(-0.05 * softplus(a)), about 0.97 for the small `a` of a
+# random projection: the state carries the output across tens of tokens.
+SLOW_GDN_DECAY = 0.05
+
+
+def set_gdn_decay(model: torch.nn.Module, rate: float = SLOW_GDN_DECAY) -> int:
+    """Set every Gated-DeltaNet layer's decay to g = -rate * softplus(a) (A_log = log rate,
+    dt_bias = 0), in place.
+
+    Args:
+        model: a loaded `*ForCausalLM` (layers without `linear_attn` are left alone).
+        rate: the decay rate A, > 0; small keeps more state per token.
+
+    Returns:
+        The number of layers changed (0 for an attention-only model).
+    """
+    if rate <= 0:
+        raise BadInputError(f"GDN decay rate must be > 0, got {rate}")
+    changed = 0
+    with torch.no_grad():
+        for layer in model.model.layers:
+            gdn = getattr(layer, "linear_attn", None)
+            if gdn is not None:
+                gdn.A_log.fill_(math.log(rate))
+                gdn.dt_bias.zero_()
+                changed += 1
+    return changed
+
+
+def make_tiny_pair(
+    out_dir: str | Path,
+    arch: str = "qwen3",
+    seed: int = 0,
+    block_size: int = 16,
+    gdn_decay: float | None = None,
+) -> tuple[Path, Path]:
     """Write OUT/target and OUT/draft (random weights, byte-level tokenizer).
+
+    Args:
+        out_dir: the directory to write (created).
+        arch: one of ARCHES.
+        seed: torch seed for the random weights.
+        block_size: the drafter's block size.
+        gdn_decay: if set, the hybrid target's Gated-DeltaNet decay rate (see `set_gdn_decay`;
+            tests use SLOW_GDN_DECAY so the recurrent state shapes the output); None keeps
+            Hugging Face's initialisation. The weights drawn are the same either way.
 
     Returns:
         (target_dir, draft_dir).
@@ -102,6 +150,8 @@ def make_tiny_pair(out_dir: str | Path, arch: str = "qwen3", seed: int = 0, bloc
     tok = save_byte_tokenizer(target_dir)
     tcfg = target_config(arch, vocab_size=len(tok))
     target = AutoModelForCausalLM.from_config(tcfg)
+    if gdn_decay is not None:
+        set_gdn_decay(target, gdn_decay)
     target.save_pretrained(str(target_dir))
     dcfg = draft_config(tcfg, mask_token_id=tok.convert_tokens_to_ids(MASK), block_size=block_size)
     drafter = DFlashDraftModel(dcfg)
