@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import BadInputError
+from ..kernels import tree_build, tree_mask
+from ..kernels.dispatch import use_kernel
 from ..kernels.topk_logprobs import sorted_topk_logprobs
 from ..kernels.tree_mask import ancestor_mask
 from ..types import validate_tree_args
@@ -75,12 +77,16 @@ def build_tree(
         of its path's per-depth log-probabilities; selection is best-first: each chosen node
         proposes its next sibling and its first child, the best open proposal is taken next.
         Ties break towards the shallower depth, then the lower rank, then the earlier proposal.
+        On CUDA logits (or with DDTREE_KERNELS=triton) the kernels of kernels/topk_logprobs and
+        kernels/tree_build build the same tree on the device; it is returned on the CPU.
     """
     validate_tree_args(budget, topk)
     if draft_logits.dim() != 2:
         raise BadInputError(f"draft_logits must be [L, V], got shape {tuple(draft_logits.shape)}")
     depth_count, vocab = draft_logits.shape
     k = min(topk, budget, vocab)
+    if depth_count > 0 and k > 0 and use_kernel(draft_logits) and tree_build.kernel_supports(depth_count, k, budget):
+        return _from_arrays(tree_build.build_tree_arrays(draft_logits, budget, topk, root_token, spine_depth))
     chosen: list[tuple[int, int, int, float]] = []  # (depth0, rank, parent_choice_index, score)
     top_ids: list[list[int]] = []
     if depth_count > 0 and k > 0:
@@ -121,6 +127,13 @@ def build_tree(
             accept(-neg, d, r, parent)
 
     return _assemble(chosen, top_ids, root_token)
+
+
+def _from_arrays(arrays: tuple[torch.Tensor, ...]) -> DraftTree:
+    """A DraftTree on the CPU from tree_build's fixed-shape arrays (cut at num_nodes)."""
+    tokens, parents, depths, ranks, scores, num_nodes = (a.cpu() for a in arrays)
+    n = int(num_nodes[0])
+    return DraftTree(tokens=tokens[:n], parents=parents[:n], depths=depths[:n], ranks=ranks[:n], scores=scores[:n])
 
 
 def _assemble(chosen: list, top_ids: list[list[int]], root_token: int) -> DraftTree:
@@ -187,7 +200,11 @@ def compile_tree(tree: DraftTree, prefix_len: int) -> CompiledTree:
     Args:
         tree: a DraftTree (depth-major: every parent precedes its children).
         prefix_len: tokens already in the target's cache; the root sits at this position.
+
+    With DDTREE_KERNELS=triton, or a tree on CUDA, kernels/tree_mask's kernel compiles it.
     """
+    if use_kernel(tree.parents):
+        return _compile_with_kernel(tree, prefix_len)
     n = tree.num_nodes
     parents = tree.parents.tolist()
     first_child = [-1] * n
@@ -210,4 +227,24 @@ def compile_tree(tree: DraftTree, prefix_len: int) -> CompiledTree:
         parents=tree.parents.clone(),
         first_child=torch.tensor(first_child, dtype=torch.long),
         next_sibling=torch.tensor(next_sibling, dtype=torch.long),
+    )
+
+
+def _compile_with_kernel(tree: DraftTree, prefix_len: int) -> CompiledTree:
+    device = tree.parents.device
+    parents = tree.parents.to(torch.long)
+    if bool((parents >= torch.arange(tree.num_nodes, device=device)).any()):
+        bad = int(torch.nonzero(parents >= torch.arange(tree.num_nodes, device=device))[0, 0])
+        raise BadInputError(f"tree is not depth-major: node {bad} has parent {int(parents[bad])}")
+    num_nodes = torch.tensor([tree.num_nodes], device=device)
+    mask, _, positions, first_child, next_sibling = tree_mask.compile_tree_arrays(
+        parents, tree.depths.to(torch.long), num_nodes, torch.tensor([prefix_len], device=device), tree.max_depth
+    )
+    return CompiledTree(
+        tree=tree,
+        attention_mask=mask,
+        positions=positions,
+        parents=tree.parents.clone(),
+        first_child=first_child,
+        next_sibling=next_sibling,
     )

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..kernels import tree_walk
+from ..kernels.dispatch import use_kernel
 from .tree import CompiledTree
 
 
@@ -38,8 +40,11 @@ def walk(compiled: CompiledTree, target_choice: torch.Tensor) -> WalkResult:
             context, which is why the walk is lossless at any temperature.
 
     Returns:
-        The accepted path, its drafted tokens, and the bonus token.
+        The accepted path, its drafted tokens, and the bonus token. With choices on CUDA (or
+        DDTREE_KERNELS=triton) kernels/tree_walk's kernel walks on the choices' device.
     """
+    if use_kernel(target_choice):
+        return _walk_with_kernel(compiled, target_choice)
     choice = target_choice.tolist()
     tokens = compiled.tree.tokens.tolist()
     first_child = compiled.first_child.tolist()
@@ -55,3 +60,17 @@ def walk(compiled: CompiledTree, target_choice: torch.Tensor) -> WalkResult:
             return WalkResult(path=path, accepted_tokens=[tokens[i] for i in path[1:]], bonus_token=want)
         node = child
         path.append(node)
+
+
+def _walk_with_kernel(compiled: CompiledTree, target_choice: torch.Tensor) -> WalkResult:
+    device = target_choice.device
+    tree = compiled.tree
+    path, emitted, commit_len, bonus = tree_walk.walk_arrays(
+        tree.tokens.to(device),
+        tree.parents.to(device),
+        torch.tensor([tree.num_nodes], device=device),
+        target_choice,
+        tree.max_depth,
+    )
+    n = int(commit_len[0])
+    return WalkResult(path=path[:n].tolist(), accepted_tokens=emitted[: n - 1].tolist(), bonus_token=int(bonus[0]))

@@ -20,6 +20,7 @@ from ..core.sampling import choose_tokens
 from ..core.tree import CompiledTree, build_tree, chain_tree, compile_tree, spine_of
 from ..core.walk import WalkResult
 from ..core.walk import walk as walk_tree
+from ..kernels.dispatch import use_kernel
 from ..types import SamplingParams, SpeculativeConfig, StepStats
 from .drafters import Drafter
 from .target import ForwardOutput, TargetCache, TargetRunner
@@ -140,7 +141,10 @@ def verify(state: DecodeState, compiled: CompiledTree) -> ForwardOutput:
 
 def walk(state: DecodeState, compiled: CompiledTree, verified: ForwardOutput) -> WalkResult:
     """The target's choice at every node (argmax at T=0, one sample per node at T>0), walked
-    from the root: the accepted path and the bonus token."""
+    from the root: the accepted path and the bonus token. At T=0 on CUDA (or with
+    DDTREE_KERNELS=triton) the argmax stays on the device and the walk kernel takes it."""
+    if state.params.temperature <= 0 and use_kernel(verified.logits):
+        return walk_tree(compiled, verified.logits.argmax(dim=-1))
     choices = choose_tokens(verified.logits, state.params.temperature, state.generator)
     return walk_tree(compiled, choices)
 

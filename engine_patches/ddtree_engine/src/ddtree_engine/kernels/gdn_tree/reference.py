@@ -63,7 +63,8 @@ def gated_delta_tree(
     """The gated delta rule along tree paths, one depth level at a time.
 
     Args:
-        query, key: [T, H, Dk] (already L2-normalised; query already scaled by Dk**-0.5).
+        query, key: [T, Hk, Dk] (already L2-normalised; query already scaled by Dk**-0.5);
+            Hk divides H, and value head h reads key head h // (H / Hk) (repeat_interleave).
         value: [T, H, Dv]. g (log decay), beta: [T, H].
         parents: [T] parent per node, -1 = start from `initial_state` [H, Dk, Dv].
         keep_states: keep every node's state (tree verify); else only the last node's.
@@ -72,6 +73,9 @@ def gated_delta_tree(
         (out [T, H, Dv], states [T, H, Dk, Dv] if keep_states else [1, H, Dk, Dv] of node T-1).
     """
     num_nodes = query.shape[0]
+    ratio = value.shape[1] // query.shape[1]
+    if ratio > 1:
+        query, key = query.repeat_interleave(ratio, dim=1), key.repeat_interleave(ratio, dim=1)
     state_dtype = initial_state.dtype
     device = value.device
     out = torch.empty(value.shape, dtype=state_dtype, device=device)
@@ -100,3 +104,28 @@ def gated_delta_tree(
         else:
             last = s
     return out, (slots[1:] if keep_states else last)
+
+
+def commit_gdn_state(
+    states: torch.Tensor,
+    node: torch.Tensor | int,
+    state_out: torch.Tensor,
+    conv_input: torch.Tensor,
+    window_index: torch.Tensor,
+    window: torch.Tensor,
+) -> None:
+    """Write the accepted node's recurrent state and conv window into the cache slot.
+
+    Args:
+        states: [T, H, Dk, Dv] per-node states of the verify forward.
+        node: the last accepted node (int or one-element integer tensor).
+        state_out: [H, Dk, Dv] the cache's state slot, overwritten.
+        conv_input: [T, C] the nodes' conv inputs.
+        window_index: [T, K] the verify forward's window index.
+        window: [K-1, C] the committed window, overwritten in place with the newest K-1
+            inputs of the accepted node's path.
+    """
+    node = int(node)
+    buf = torch.cat([window, conv_input.to(window.dtype)], dim=0)  # [K-1+T, C]
+    window.copy_(buf[window_index[node, 1:]])
+    state_out.copy_(states[node])

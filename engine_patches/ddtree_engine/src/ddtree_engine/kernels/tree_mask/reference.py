@@ -24,3 +24,60 @@ def ancestor_mask(parents: list[int]) -> torch.Tensor:
             mask[i] = mask[p]
         mask[i, i] = True
     return mask
+
+
+def pack_mask(mask: torch.Tensor) -> torch.Tensor:
+    """[N, N] bool -> [N, ceil(N / 32)] int32: bit b of word w is column 32 * w + b.
+
+    Args:
+        mask: [N, N] bool.
+
+    Returns:
+        The packed rows (int32 words, so bit 31 is the sign bit).
+    """
+    n = mask.shape[0]
+    words = (n + 31) // 32
+    padded = torch.zeros(n, words * 32, dtype=torch.int64)
+    padded[:, : mask.shape[1]] = mask.to(torch.int64)
+    weights = torch.tensor([1 << b for b in range(32)], dtype=torch.int64)
+    packed = (padded.view(n, words, 32) * weights).sum(dim=-1)
+    return torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32)
+
+
+def compile_tree_arrays(
+    parents: torch.Tensor, depths: torch.Tensor, num_nodes: int, prefix_len: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What a verify forward needs, for a tree padded to a fixed N (the kernel's shape).
+
+    Args:
+        parents: [N] parent per node (-1 for the root), depth-major; rows from `num_nodes` on
+            are padding and are ignored.
+        depths: [N] depth per node.
+        num_nodes: the real nodes, 1 <= num_nodes <= N.
+        prefix_len: tokens already in the cache (the root's position).
+
+    Returns:
+        (mask [N, N] bool, packed mask [N, ceil(N/32)] int32, positions [N] int64,
+        first_child [N] int64, next_sibling [N] int64). A padding row sees only itself, sits at
+        prefix_len, and has no links; no real node links to it.
+    """
+    n_out = parents.shape[0]
+    plist = parents.tolist()[:num_nodes]
+    mask = torch.zeros(n_out, n_out, dtype=torch.bool)
+    mask[:num_nodes, :num_nodes] = ancestor_mask(plist)
+    for i in range(num_nodes, n_out):
+        mask[i, i] = True
+    first_child = [-1] * n_out
+    next_sibling = [-1] * n_out
+    last_child = [-1] * n_out
+    for i, p in enumerate(plist):
+        if p >= 0:
+            if first_child[p] < 0:
+                first_child[p] = i
+            else:
+                next_sibling[last_child[p]] = i
+            last_child[p] = i
+    positions = torch.full((n_out,), prefix_len, dtype=torch.long)
+    positions[:num_nodes] += depths[:num_nodes].to(torch.long).cpu()
+    long = dict(dtype=torch.long)
+    return mask, pack_mask(mask), positions, torch.tensor(first_child, **long), torch.tensor(next_sibling, **long)

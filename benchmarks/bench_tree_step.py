@@ -1,0 +1,170 @@
+"""The DDTree step (top-K -> build -> compile -> walk) on the kernels vs today's path, measured in
+one run on one GPU (issue 10, items 1-4).
+
+Rows, over the same [L=15, V=151,936] bf16 draft logits:
+
+- argmax: `logits.argmax(-1)`, what a DFLASH step spends on draft selection (the baseline);
+- today: core.tree.build_tree + compile_tree (the references: a float64 sort of [L, V], a heap on
+  the host) + the mask to the GPU;
+- lean: torch.topk + logsumexp on the GPU, the tree-build reference (heap) on the host, the
+  compile reference, the mask to the GPU;
+- kernel eager: TreeStep.build + walk, launched from Python each time;
+- kernel graph: the same captured once in a CUDA graph and replayed (what a serving loop runs).
+
+Budgets 15 (topk 8), 22, 64, 256 (topk 8). Ratios printed: kernel graph / argmax (target <=
+1.2), today / kernel graph (target >= 25x at b15, >= 40x at b256), and each against eager.
+
+    python benchmarks/bench_tree_step.py [--out DIR]   (JSON to DIR, else $OUT, else benchmarks/results/)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "engine_patches" / "ddtree_engine" / "src"))
+
+import triton  # noqa: E402
+from triton.testing import do_bench  # noqa: E402
+
+from ddtree_engine.core.tree import build_tree, compile_tree  # noqa: E402
+from ddtree_engine.kernels.tree_build import reference as build_reference  # noqa: E402
+from ddtree_engine.kernels.tree_mask import reference as mask_reference  # noqa: E402
+from ddtree_engine.kernels.tree_step import TreeStep, reference_step  # noqa: E402
+
+DEPTHS, VOCAB = 15, 151_936
+BUDGETS = [(15, 8), (22, 8), (64, 8), (256, 8)]
+
+
+def _git_revision() -> str:
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        return rev.stdout.strip() + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def today(logits: torch.Tensor, budget: int, topk: int) -> torch.Tensor:
+    os.environ["DDTREE_KERNELS"] = "reference"
+    try:
+        compiled = compile_tree(build_tree(logits, budget, topk, root_token=1), 100)
+    finally:
+        os.environ.pop("DDTREE_KERNELS")
+    return compiled.attention_mask.to(logits.device, non_blocking=False)
+
+
+def lean(logits: torch.Tensor, budget: int, topk: int) -> torch.Tensor:
+    k = min(topk, budget)
+    top = torch.topk(logits.float(), k, dim=-1)
+    logprobs = (top.values - torch.logsumexp(logits.float(), dim=-1, keepdim=True)).double().cpu()
+    arrays = build_reference.build_tree_arrays(logprobs, top.indices.cpu(), budget, 1)
+    n = int(arrays[-1][0])
+    mask = mask_reference.compile_tree_arrays(arrays[1], arrays[2], n, 100)[0]
+    return mask.to(logits.device)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--rep", type=int, default=200, help="do_bench rep (ms) per measurement")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("needs a CUDA GPU")
+    device = torch.device("cuda")
+    info = {
+        "gpu": torch.cuda.get_device_name(),
+        "git": _git_revision(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "shape": [DEPTHS, VOCAB],
+        "dtype": "bfloat16",
+    }
+    print(f"# {info['gpu']}  git {info['git']}  torch {info['torch']}  triton {info['triton']}")
+    print(f"# draft logits [{DEPTHS}, {VOCAB}] bf16; median times (triton.testing.do_bench)")
+    torch.manual_seed(0)
+    logits = (torch.randn(DEPTHS, VOCAB, device=device) * 3).to(torch.bfloat16)
+    root = torch.tensor([1], device=device)
+    prefix = torch.tensor([100], device=device)
+    bench = lambda fn, rep=args.rep: do_bench(fn, warmup=25, rep=rep, return_mode="median") * 1e3  # noqa: E731
+    argmax_us = bench(lambda: logits.argmax(dim=-1))
+    graph_argmax = torch.cuda.CUDAGraph()
+    out_argmax = logits.argmax(dim=-1)
+    with torch.cuda.graph(graph_argmax):
+        out_argmax.copy_(logits.argmax(dim=-1))
+    argmax_graph_us = bench(graph_argmax.replay)
+    print(f"argmax [L, V]: {argmax_us:.1f} us eager, {argmax_graph_us:.1f} us in a CUDA graph")
+    rows = []
+    header = f"{'budget':>6} {'topk':>4} {'today us':>10} {'lean us':>9} {'eager us':>9} {'graph us':>9} {'graph/argmax':>12} {'today/graph':>11} {'today/eager':>11} {'lean/graph':>10}"
+    print(header)
+    for budget, topk in BUDGETS:
+        step = TreeStep(DEPTHS, VOCAB, budget, topk, device)
+        choices = torch.zeros(step.num_rows, dtype=torch.long, device=device)
+        # Correctness first: the kernel step equals the reference step on these logits.
+        step.build(logits, root, prefix)
+        step.walk(choices)
+        want_tree, want_compiled, _ = reference_step(logits, budget, topk, 1, 100, None)
+        same = all(torch.equal(g.cpu(), w) for g, w in zip(step.tree[:4], want_tree[:4])) and torch.equal(
+            step.compiled[0].cpu(), want_compiled[0]
+        )
+
+        def eager(step=step, choices=choices):
+            step.build(logits, root, prefix)
+            step.walk(choices)
+
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            eager()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            eager()
+        today_us = bench(lambda b=budget, t=topk: today(logits, b, t), rep=max(args.rep, 400))
+        lean_us = bench(lambda b=budget, t=topk: lean(logits, b, t), rep=max(args.rep, 400))
+        eager_us = bench(eager)
+        graph_us = bench(graph.replay)
+        row = {
+            "budget": budget, "topk": topk, "matches_reference": same,
+            "argmax_us": argmax_us, "argmax_graph_us": argmax_graph_us, "today_us": today_us, "lean_us": lean_us,
+            "kernel_eager_us": eager_us, "kernel_graph_us": graph_us,
+            "graph_over_argmax": graph_us / argmax_us, "today_over_graph": today_us / graph_us,
+            "today_over_eager": today_us / eager_us, "lean_over_graph": lean_us / graph_us,
+        }
+        rows.append(row)
+        print(
+            f"{budget:>6} {topk:>4} {today_us:>10.1f} {lean_us:>9.1f} {eager_us:>9.1f} {graph_us:>9.1f} "
+            f"{row['graph_over_argmax']:>12.2f} {row['today_over_graph']:>10.1f}x {row['today_over_eager']:>10.1f}x "
+            f"{row['lean_over_graph']:>9.1f}x" + ("" if same else "  MISMATCH vs reference")
+        )
+    # Where the kernel time goes at each budget (one stage at a time, eager launches, GPU time).
+    stages = {}
+    for budget, topk in BUDGETS:
+        step = TreeStep(DEPTHS, VOCAB, budget, topk, device)
+        k = step.k
+        stages[budget] = {
+            "topk_us": bench(lambda s=step, k=k: s.topk_kernel.topk_logprobs(logits, k, out=(s.vals, s.ids))),
+            "build_us": bench(lambda s=step: s.build_kernel.build_tree_arrays(s.vals, s.ids, s.budget, root, 0, out=s.tree)),
+            "compile_us": bench(
+                lambda s=step: s.mask_kernel.compile_tree_arrays(s.tree[1], s.tree[2], s.tree[5], prefix, DEPTHS, out=s.compiled)
+            ),
+            "walk_us": bench(lambda s=step: s.walk_kernel.walk_arrays(s.tree[0], s.tree[1], s.tree[5], s.tree[0], DEPTHS, out=s.walked)),
+        }
+        print(f"stages b{budget}: " + ", ".join(f"{name} {us:.1f} us" for name, us in stages[budget].items()))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"bench_tree_step_{time.strftime('%Y%m%d_%H%M%S')}.json"
+    path.write_text(json.dumps({"info": info, "rows": rows, "stages": stages}, indent=2))
+    print(f"# raw JSON: {path}")
+
+
+if __name__ == "__main__":
+    main()

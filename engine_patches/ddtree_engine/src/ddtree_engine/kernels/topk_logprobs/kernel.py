@@ -1,0 +1,163 @@
+"""Triton kernel: per-row log-softmax and top-K over [L, V] logits in one pass, no sort.
+
+Two launches, both over fixed shapes:
+
+- `_chunk_topk`: one program per (row, chunk of BLOCK tokens) reads the chunk once (bf16, fp16
+  or fp32, widened to fp32) and writes the chunk's max, its sum of exp(x - max) (fp64), and its
+  K best tokens as 64-bit keys. A key is the logit's bits mapped to an order-preserving
+  integer in the high half and (2^31 - 1 - token id) in the low half, so one integer max picks
+  the largest logit and, among equal logits, the lowest id: the reference's stable-sort ties.
+  K rounds of "max, then drop it" replace the sort.
+- `_merge_topk`: one program per row merges the chunks: logsumexp = M + log(sum_c s_c *
+  exp(m_c - M)), and the K best of the chunks' keys, decoded back to (logit, id). Log-probs are
+  written in fp64 as (x - M) - log(S), so equal logits in a row give bit-equal log-probs.
+
+Precision: the exponentials and the final log are fp32, the sums fp64, so log-probs agree with
+the float64 reference to about 1e-7; ids agree exactly (distinct fp32 logits give distinct float64
+log-probs in the same order). NaN logits are not supported.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+# Globals a kernel reads must be tl.constexpr (Triton refuses plain globals when compiling).
+# Below every real key: the smallest real key is -inf's, (-2139095041 << 32) | low.
+_SENTINEL = tl.constexpr(-9223372036854775807)
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+# ln 2 split so both halves are exact fp32 constants (Triton makes Python floats fp32).
+_LN2_HI = tl.constexpr(0.693145751953125)
+_LN2_LO = tl.constexpr(1.428606765330187e-06)
+
+
+@triton.jit
+def _chunk_topk(
+    logits_ptr,
+    stride_row,
+    V,
+    NCHUNK,
+    keys_ptr,
+    max_ptr,
+    sum_ptr,
+    K: tl.constexpr,
+    KP: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0)
+    chunk = tl.program_id(1)
+    offs = chunk * BLOCK + tl.arange(0, BLOCK)
+    valid = offs < V
+    x = tl.load(logits_ptr + row.to(tl.int64) * stride_row + offs, mask=valid, other=float("-inf")).to(tl.float32)
+    # -0.0 and +0.0 are the same log-prob; give them the same key bits.
+    x = tl.where(x == 0.0, 0.0, x)
+    m = tl.max(x, axis=0)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    s = tl.sum(tl.where(valid, tl.exp(x - m_safe), 0.0).to(tl.float64), axis=0)
+    bits = x.to(tl.int32, bitcast=True)
+    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+    key = (ordered.to(tl.int64) << 32) | (0x7FFFFFFF - offs).to(tl.int64)
+    key = tl.where(valid, key, _SENTINEL)
+    base = (row * NCHUNK + chunk) * KP
+    slots = tl.arange(0, KP)
+    out = tl.full([KP], _SENTINEL, tl.int64)
+    for j in tl.static_range(K):
+        best = tl.max(key, axis=0)
+        out = tl.where(slots == j, best, out)
+        key = tl.where(key == best, _SENTINEL, key)
+    tl.store(keys_ptr + base + slots, out)
+    tl.store(max_ptr + row * NCHUNK + chunk, m)
+    tl.store(sum_ptr + row * NCHUNK + chunk, s)
+
+
+@triton.jit
+def _merge_topk(
+    keys_ptr,
+    max_ptr,
+    sum_ptr,
+    NCHUNK,
+    vals_ptr,
+    ids_ptr,
+    K: tl.constexpr,
+    KP: tl.constexpr,
+    CP: tl.constexpr,
+):
+    row = tl.program_id(0)
+    chunks = tl.arange(0, CP)
+    cmask = chunks < NCHUNK
+    m = tl.load(max_ptr + row * NCHUNK + chunks, mask=cmask, other=float("-inf"))
+    s = tl.load(sum_ptr + row * NCHUNK + chunks, mask=cmask, other=0.0)
+    big = tl.max(m, axis=0)
+    big_safe = tl.where(big == float("-inf"), 0.0, big)
+    scale = tl.where(m == float("-inf"), 0.0, tl.exp(m - big_safe)).to(tl.float64)
+    total = tl.sum(s * scale, axis=0)  # >= 1: the row's max contributes exp(0)
+    # log(total) with fp32 transcendentals only (fp64 log is not portable across Triton
+    # backends): total = 2^e * mant, mant in [1, 2); log(mant) in fp32 is within 6e-8 absolute.
+    tb = total.to(tl.float32).to(tl.int32, bitcast=True)
+    e = ((tb >> 23) - 127).to(tl.float64)
+    mant = ((tb & 0x007FFFFF) | 0x3F800000).to(tl.float32, bitcast=True)
+    log_total = e * _LN2_HI + e * _LN2_LO + tl.log(mant).to(tl.float64)
+    cand = tl.arange(0, CP * KP)
+    key = tl.load(keys_ptr + row * NCHUNK * KP + cand, mask=cand < NCHUNK * KP, other=_SENTINEL)
+    slots = tl.arange(0, KP)
+    best_keys = tl.full([KP], _SENTINEL, tl.int64)
+    for j in tl.static_range(K):
+        best = tl.max(key, axis=0)
+        best_keys = tl.where(slots == j, best, best_keys)
+        key = tl.where(key == best, _SENTINEL, key)
+    hi = (best_keys >> 32).to(tl.int32)
+    bits = hi ^ ((hi >> 31) & 0x7FFFFFFF)
+    x = bits.to(tl.float32, bitcast=True).to(tl.float64)
+    ids = 0x7FFFFFFF - (best_keys & 0xFFFFFFFF)
+    logprobs = (x - big_safe.to(tl.float64)) - log_total
+    tl.store(vals_ptr + row * K + slots, logprobs, mask=slots < K)
+    tl.store(ids_ptr + row * K + slots, ids, mask=slots < K)
+
+
+def topk_logprobs(
+    draft_logits: torch.Tensor, k: int, block: int = 4096, out: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The `k` most probable tokens per row of `draft_logits`, best first (Triton).
+
+    Args:
+        draft_logits: [L, V] fp32/bf16/fp16 logits, rows contiguous, V < 2^31.
+        k: candidates per row, 1 <= k <= V.
+        block: tokens per program of the first pass (a power of two; capped at V's).
+        out: optional (logprobs [L, k] float64, ids [L, k] int64) to write into (CUDA graphs).
+
+    Returns:
+        (logprobs [L, k] float64, token_ids [L, k] int64): ties to the lower token id.
+    """
+    if draft_logits.dim() != 2:
+        raise ValueError(f"expected draft_logits [L, V], got shape {tuple(draft_logits.shape)}")
+    if draft_logits.dtype not in _DTYPES:
+        raise ValueError(f"expected fp32, bf16 or fp16 logits, got {draft_logits.dtype}")
+    rows, vocab = draft_logits.shape
+    if not 1 <= k <= vocab:
+        raise ValueError(f"expected 1 <= k <= V = {vocab}, got k = {k}")
+    if vocab >= 2**31:
+        raise ValueError(f"expected V < 2^31, got V = {vocab}")
+    if draft_logits.stride(1) != 1:
+        draft_logits = draft_logits.contiguous()
+    device = draft_logits.device
+    if out is None:
+        out = (
+            torch.empty(rows, k, dtype=torch.float64, device=device),
+            torch.empty(rows, k, dtype=torch.int64, device=device),
+        )
+    if rows == 0:
+        return out
+    block = min(block, triton.next_power_of_2(vocab))
+    nchunk = triton.cdiv(vocab, block)
+    kp = triton.next_power_of_2(k)
+    keys = torch.empty(rows, nchunk, kp, dtype=torch.int64, device=device)
+    maxes = torch.empty(rows, nchunk, dtype=torch.float32, device=device)
+    sums = torch.empty(rows, nchunk, dtype=torch.float64, device=device)
+    _chunk_topk[(rows, nchunk)](
+        draft_logits, draft_logits.stride(0), vocab, nchunk, keys, maxes, sums, K=k, KP=kp, BLOCK=block, num_warps=4
+    )
+    _merge_topk[(rows,)](
+        keys, maxes, sums, nchunk, out[0], out[1], K=k, KP=kp, CP=triton.next_power_of_2(nchunk), num_warps=4
+    )
+    return out

@@ -1,0 +1,219 @@
+"""Triton kernel: best-first tree build over the per-depth top-K, one program, no host sync.
+
+The selection is the reference's heap, replayed exactly (same scores in fp64, same pops, same
+tie-break: higher score, then shallower depth, then lower rank, then earlier proposal). The
+heap is a register frontier indexed by *parent*: a chosen node's children are proposed one at a
+time (its first child, then each chosen child proposes the next sibling), so every parent has
+at most one open proposal, and the frontier needs `budget` slots (slot q holds the open child
+of selection q - 1; slot 0 the root's). A pop is one reduction over (score, key), where key
+packs depth, rank, proposal counter and slot; accepting writes the sibling back into the
+popped slot and the first child into slot `chosen + 1`, both with `tl.where`, no gather.
+
+After the loop (`budget` iterations, fixed), the chosen nodes are laid out depth-major: a
+node's place is 1 + the number of chosen nodes with a smaller (depth, rank path) key, where the
+rank path r1..rd packs into B bits per level (B = bits of K - 1), which is the reference's
+order (by depth, then the parent's place, then rank).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+# Globals a kernel reads must be tl.constexpr (Triton refuses plain globals when compiling).
+_NONE = tl.constexpr(9223372036854775807)  # the key of an empty frontier slot: loses every comparison
+_KEY_BITS = tl.constexpr(56)  # rank-path bits below the depth in the layout key
+
+
+@triton.jit
+def _better(s1, k1, s2, k2):
+    take = (s1 > s2) | ((s1 == s2) & (k1 < k2))
+    return tl.where(take, s1, s2), tl.where(take, k1, k2)
+
+
+@triton.jit
+def _build_tree(
+    vals_ptr,
+    ids_ptr,
+    root_ptr,
+    L,
+    spine,
+    ws_ptr,
+    ws_score_ptr,
+    tok_ptr,
+    par_ptr,
+    dep_ptr,
+    rank_ptr,
+    score_ptr,
+    n_ptr,
+    BUDGET: tl.constexpr,
+    K: tl.constexpr,
+    B: tl.constexpr,
+    NB: tl.constexpr,
+    NP: tl.constexpr,
+    COLS: tl.constexpr,
+):
+    slot = tl.arange(0, NB)
+    # Slot 0: the root's first child (depth 0, rank 0, counter 0).
+    v00 = tl.load(vals_ptr).to(tl.float64)
+    f_score = tl.where(slot == 0, 0.0 + v00, float("-inf"))
+    f_pscore = tl.zeros([NB], dtype=tl.float64)
+    f_key = tl.where(slot == 0, 0, _NONE).to(tl.int64)
+    # Loop-carried scalars start as tensors (a constexpr start would change type in the loop).
+    zero = tl.program_id(0) * 0
+    counter = (zero + 1).to(tl.int64)
+    n_chosen = zero
+    spine_score = zero.to(tl.float64)
+    for it in range(BUDGET):
+        best_score, best_key = tl.reduce((f_score, f_key), 0, _better)
+        forced = it < spine
+        # A spine step takes slot `it` (the previous spine node's child) whatever the heap says.
+        spine_v = tl.load(vals_ptr + it * K, mask=forced, other=0.0)
+        spine_score = tl.where(forced, spine_score + spine_v, spine_score)
+        active = forced | (best_key != _NONE)
+        d = tl.where(forced, it, (best_key >> 44).to(tl.int32))
+        r = tl.where(forced, 0, ((best_key >> 32) & 0xFFF).to(tl.int32))
+        q = tl.where(forced, it, (best_key & 0xFFF).to(tl.int32))
+        s = tl.where(forced, spine_score, best_score)
+        c = n_chosen
+        tl.store(ws_ptr + c, q - 1, mask=active)
+        tl.store(ws_ptr + NB + c, d, mask=active)
+        tl.store(ws_ptr + 2 * NB + c, r, mask=active)
+        tl.store(ws_score_ptr + c, s, mask=active)
+        # Next sibling (same parent, rank + 1) back into slot q, or the slot closes.
+        has_sib = active & (r + 1 < K)
+        v_sib = tl.load(vals_ptr + d * K + r + 1, mask=has_sib, other=0.0)
+        sib_key = (d.to(tl.int64) << 44) | ((r + 1).to(tl.int64) << 32) | (counter << 12) | q
+        counter += has_sib.to(tl.int64)
+        at_q = active & (slot == q)
+        f_score = tl.where(at_q, tl.where(has_sib, f_pscore + v_sib, float("-inf")), f_score)
+        f_key = tl.where(at_q, tl.where(has_sib, sib_key, _NONE), f_key)
+        # First child (depth + 1, rank 0) into slot c + 1, with this node as its parent.
+        has_child = active & (d + 1 < L)
+        v_child = tl.load(vals_ptr + (d + 1) * K, mask=has_child, other=0.0)
+        child_key = ((d + 1).to(tl.int64) << 44) | (counter << 12) | (c + 1)
+        counter += has_child.to(tl.int64)
+        at_c = has_child & (slot == c + 1)
+        f_score = tl.where(at_c, s + v_child, f_score)
+        f_pscore = tl.where(at_c, s, f_pscore)
+        f_key = tl.where(at_c, child_key, f_key)
+        n_chosen += active.to(tl.int32)
+
+    tl.debug_barrier()
+    # Layout: depth-major, then the rank path; new place = 1 + #(smaller keys).
+    ci = tl.arange(0, NB)
+    cm = ci < n_chosen
+    par = tl.load(ws_ptr + ci, mask=cm, other=-1)
+    dep = tl.load(ws_ptr + NB + ci, mask=cm, other=0)
+    rnk = tl.load(ws_ptr + 2 * NB + ci, mask=cm, other=0)
+    code = rnk.to(tl.int64)
+    up = par
+    for step in range(1, L):
+        has = cm & (up >= 0)
+        code = code | (tl.load(ws_ptr + 2 * NB + up, mask=has, other=0).to(tl.int64) << (B * step))
+        up = tl.load(ws_ptr + up, mask=has, other=-1)
+    key = (dep.to(tl.int64) << _KEY_BITS) | code
+    tl.store(ws_ptr + 3 * NB + ci, key, mask=cm)
+    tl.debug_barrier()
+    place = tl.zeros([NB], dtype=tl.int64)
+    for j0 in range(0, NB, COLS):
+        cj = j0 + tl.arange(0, COLS)
+        kj = tl.load(ws_ptr + 3 * NB + cj, mask=cj < n_chosen, other=_NONE)
+        place += tl.sum((kj[None, :] < key[:, None]).to(tl.int64), axis=1)
+    place += 1
+    tl.store(ws_ptr + 4 * NB + ci, place, mask=cm)
+    tl.debug_barrier()
+    par_place = tl.load(ws_ptr + 4 * NB + par, mask=cm & (par >= 0), other=0)
+    root = tl.load(root_ptr)
+    tl.store(tok_ptr + place, tl.load(ids_ptr + dep * K + rnk, mask=cm, other=0), mask=cm)
+    tl.store(par_ptr + place, par_place, mask=cm)
+    tl.store(dep_ptr + place, dep.to(tl.int64) + 1, mask=cm)
+    tl.store(rank_ptr + place, rnk.to(tl.int64), mask=cm)
+    tl.store(score_ptr + place, tl.load(ws_score_ptr + ci, mask=cm, other=0.0), mask=cm)
+    # The root at 0, padding after the last chosen node.
+    ni = tl.arange(0, NP)
+    rest = (ni < BUDGET + 1) & ((ni == 0) | (ni > n_chosen))
+    tl.store(tok_ptr + ni, tl.zeros([NP], dtype=tl.int64) + root, mask=rest)
+    tl.store(par_ptr + ni, tl.full([NP], -1, tl.int64), mask=rest)
+    tl.store(dep_ptr + ni, tl.zeros([NP], dtype=tl.int64), mask=rest)
+    tl.store(rank_ptr + ni, tl.full([NP], -1, tl.int64), mask=rest)
+    tl.store(score_ptr + ni, tl.where(ni == 0, 0.0, float("-inf")).to(tl.float64), mask=rest)
+    tl.store(n_ptr, (n_chosen + 1).to(tl.int64))
+
+
+def rank_bits(k: int) -> int:
+    """Bits per tree level of the layout key: enough for ranks 0 .. k - 1 (at least 1)."""
+    return max(1, (k - 1).bit_length())
+
+
+def supports(depths: int, k: int, budget: int) -> bool:
+    """Whether the kernel takes this shape: the layout key must fit (B * L <= 56 bits), and
+    the frontier's slot and counter fields their 12 and 20 bits."""
+    return rank_bits(k) * depths <= _KEY_BITS.value and budget < 4096 and k < 4096
+
+
+def build_tree_arrays(
+    vals: torch.Tensor,
+    ids: torch.Tensor,
+    budget: int,
+    root: torch.Tensor,
+    spine_depth: int = 0,
+    out: tuple[torch.Tensor, ...] | None = None,
+    num_warps: int = 1,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The draft tree over the per-depth top-K, fixed shape N = budget + 1 (Triton).
+
+    Args:
+        vals: [L, K] float64 per-depth log-probs, best first; ids: [L, K] int64 token ids.
+        budget: drafted nodes, >= 1.
+        root: [1] int64 on vals' device, the root token (read by the kernel: no host sync).
+        spine_depth: reserve the top-1 chain down to this depth first (capped by L, budget).
+        out: optional (tokens, parents, depths, ranks, scores, num_nodes) buffers to fill.
+        num_warps: warps of the single program.
+
+    Returns:
+        (tokens, parents, depths, ranks [N] int64, scores [N] float64, num_nodes [1] int64),
+        as tree_build.reference.build_tree_arrays.
+    """
+    if vals.dim() != 2 or vals.shape != ids.shape:
+        raise ValueError(f"expected vals and ids [L, K] alike, got {tuple(vals.shape)} and {tuple(ids.shape)}")
+    if vals.dtype != torch.float64 or ids.dtype != torch.int64:
+        raise ValueError(f"expected float64 vals and int64 ids, got {vals.dtype} and {ids.dtype}")
+    depths, k = vals.shape
+    if budget < 1 or depths < 1:
+        raise ValueError(f"expected budget >= 1 and L >= 1, got budget {budget}, L {depths}")
+    if not supports(depths, k, budget):
+        raise ValueError(f"expected ceil(log2 K) * L <= {_KEY_BITS.value}, budget and K < 4096, got L {depths}, K {k}")
+    if root.numel() != 1 or root.device != vals.device:
+        raise ValueError(f"expected a one-element root tensor on {vals.device}, got {tuple(root.shape)} on {root.device}")
+    device = vals.device
+    n_out = budget + 1
+    if out is None:
+        out = (
+            *(torch.empty(n_out, dtype=torch.int64, device=device) for _ in range(4)),
+            torch.empty(n_out, dtype=torch.float64, device=device),
+            torch.empty(1, dtype=torch.int64, device=device),
+        )
+    nb = triton.next_power_of_2(budget)
+    ws = torch.empty(5 * nb, dtype=torch.int64, device=device)
+    ws_score = torch.empty(nb, dtype=torch.float64, device=device)
+    spine = min(spine_depth, depths, budget)
+    _build_tree[(1,)](
+        vals.contiguous(),
+        ids.contiguous(),
+        root.to(torch.int64),
+        depths,
+        spine,
+        ws,
+        ws_score,
+        *out,
+        BUDGET=budget,
+        K=k,
+        B=rank_bits(k),
+        NB=nb,
+        NP=triton.next_power_of_2(n_out),
+        COLS=min(nb, 16),
+        num_warps=num_warps,
+    )
+    return out

@@ -1,0 +1,122 @@
+"""Triton kernel: compile a fixed-shape draft tree for verify, no host sync.
+
+One program per block of BR rows. A row's ancestors are found by climbing its parent chain
+(at most L + 1 steps: the tree's depth bound), marking one column of the dense mask and one bit
+of the packed mask per step; first_child and next_sibling are one compare-and-min over the
+parent array each. Padding rows (from num_nodes on) see only themselves.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _compile_tree(
+    par_ptr,
+    dep_ptr,
+    n_ptr,
+    prefix_ptr,
+    max_depth,
+    mask_ptr,
+    packed_ptr,
+    pos_ptr,
+    fc_ptr,
+    ns_ptr,
+    N,
+    W,
+    BR: tl.constexpr,
+    NP: tl.constexpr,
+    WP: tl.constexpr,
+):
+    rows = tl.program_id(0) * BR + tl.arange(0, BR)
+    cols = tl.arange(0, NP)
+    words = tl.arange(0, WP)
+    n = tl.load(n_ptr).to(tl.int32)
+    rmask = rows < N
+    real_row = rows < n
+    real_col = cols < n
+    dense = tl.zeros([BR, NP], dtype=tl.int1)
+    packed = tl.zeros([BR, WP], dtype=tl.int64)
+    node = tl.where(rmask, rows, -1)
+    for _ in range(0, max_depth + 1):
+        on = node >= 0
+        dense = dense | ((cols[None, :] == node[:, None]) & on[:, None])
+        bit = tl.where(on, tl.full([BR], 1, tl.int64) << (node & 31).to(tl.int64), 0)
+        packed = packed | tl.where(words[None, :] == (node >> 5)[:, None], bit[:, None], 0)
+        nxt = tl.load(par_ptr + node, mask=on & real_row, other=-1).to(tl.int32)
+        node = tl.where(on & real_row, nxt, -1)
+    store_rc = rmask[:, None] & (cols[None, :] < N)
+    tl.store(mask_ptr + rows[:, None] * N + cols[None, :], dense, mask=store_rc)
+    tl.store(packed_ptr + rows[:, None] * W + words[None, :], packed.to(tl.int32), mask=rmask[:, None] & (words[None, :] < W))
+
+    par_all = tl.load(par_ptr + cols, mask=real_col, other=-2).to(tl.int32)
+    none = NP
+    child = (par_all[None, :] == rows[:, None]) & real_row[:, None]
+    first = tl.min(tl.where(child, cols[None, :], none), axis=1)
+    my_par = tl.load(par_ptr + rows, mask=real_row, other=-1).to(tl.int32)
+    later = (par_all[None, :] == my_par[:, None]) & (cols[None, :] > rows[:, None]) & (my_par >= 0)[:, None]
+    nxt_sib = tl.min(tl.where(later, cols[None, :], none), axis=1)
+    tl.store(fc_ptr + rows, tl.where(first == none, -1, first).to(tl.int64), mask=rmask)
+    tl.store(ns_ptr + rows, tl.where(nxt_sib == none, -1, nxt_sib).to(tl.int64), mask=rmask)
+    prefix = tl.load(prefix_ptr).to(tl.int64)
+    dep = tl.load(dep_ptr + rows, mask=real_row, other=0).to(tl.int64)
+    tl.store(pos_ptr + rows, prefix + dep, mask=rmask)
+
+
+def compile_tree_arrays(
+    parents: torch.Tensor,
+    depths: torch.Tensor,
+    num_nodes: torch.Tensor,
+    prefix_len: torch.Tensor,
+    max_depth: int,
+    out: tuple[torch.Tensor, ...] | None = None,
+    rows_per_program: int = 16,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Mask, packed mask, positions and child/sibling links of a padded tree (Triton).
+
+    Args:
+        parents, depths: [N] int64, depth-major, padding from `num_nodes` on.
+        num_nodes: [1] int64 on the same device (read by the kernel).
+        prefix_len: [1] int64 on the same device: the root's position.
+        max_depth: a bound on the tree's depth (the drafted depths L).
+        out: optional (mask, packed, positions, first_child, next_sibling) buffers to fill.
+        rows_per_program: rows per program (a power of two).
+
+    Returns:
+        As tree_mask.reference.compile_tree_arrays.
+    """
+    if parents.dim() != 1 or parents.shape != depths.shape:
+        raise ValueError(f"expected parents and depths [N] alike, got {tuple(parents.shape)} and {tuple(depths.shape)}")
+    if num_nodes.numel() != 1 or prefix_len.numel() != 1:
+        raise ValueError(f"expected one-element num_nodes and prefix_len, got {num_nodes.numel()} and {prefix_len.numel()}")
+    n_out = parents.shape[0]
+    words = triton.cdiv(n_out, 32)
+    device = parents.device
+    if out is None:
+        long = dict(dtype=torch.int64, device=device)
+        out = (
+            torch.empty(n_out, n_out, dtype=torch.bool, device=device),
+            torch.empty(n_out, words, dtype=torch.int32, device=device),
+            torch.empty(n_out, **long),
+            torch.empty(n_out, **long),
+            torch.empty(n_out, **long),
+        )
+    br = min(rows_per_program, triton.next_power_of_2(n_out))
+    _compile_tree[(triton.cdiv(n_out, br),)](
+        parents,
+        depths,
+        num_nodes,
+        prefix_len,
+        max_depth,
+        *out,
+        n_out,
+        words,
+        BR=br,
+        NP=triton.next_power_of_2(n_out),
+        WP=triton.next_power_of_2(words),
+        num_warps=4,
+    )
+    return out

@@ -1,0 +1,124 @@
+"""The whole DDTree step on the device: top-K -> build -> compile -> walk, fixed shapes.
+
+`TreeStep` owns every buffer of one (L, V, budget, topk, spine) shape and only launches kernels
+into them: no host synchronisation, no shape that depends on the data, so `build` and `walk`
+can be captured in a CUDA graph and replayed on new logits (tests/ddtree_engine/kernels/
+test_tree_step.py does). `reference_step` computes the same arrays with the references.
+
+Shapes: N = budget + 1 tree rows (padding after num_nodes: token = root, parent -1, depth 0).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..dispatch import kernel_module
+from ..tree_build import reference as build_reference
+from ..tree_build import root_only
+from ..tree_mask import reference as mask_reference
+from ..tree_walk import reference as walk_reference
+from ..topk_logprobs import reference as topk_reference
+
+__all__ = ["TreeStep", "reference_step"]
+
+
+class TreeStep:
+    """Preallocated buffers and the four kernels of one step shape.
+
+    Args:
+        depths: L, drafted depths (rows of the draft logits).
+        vocab: V.
+        budget: drafted nodes; topk: candidates per depth (K = min(topk, budget, V)).
+        device: a CUDA device (or the CPU under TRITON_INTERPRET=1).
+        spine_depth: reserve the top-1 chain down to this depth first.
+    """
+
+    def __init__(self, depths: int, vocab: int, budget: int, topk: int, device: torch.device | str, spine_depth: int = 0):
+        if depths < 1 or budget < 0 or topk < 1:
+            raise ValueError(f"expected L >= 1, budget >= 0, topk >= 1, got L {depths}, budget {budget}, topk {topk}")
+        self.depths, self.vocab, self.budget, self.spine_depth = depths, vocab, budget, spine_depth
+        self.k = min(topk, budget, vocab)
+        self.device = torch.device(device)
+        self.topk_kernel = kernel_module(__package__.rsplit(".", 1)[0] + ".topk_logprobs")
+        self.build_kernel = kernel_module(__package__.rsplit(".", 1)[0] + ".tree_build")
+        self.mask_kernel = kernel_module(__package__.rsplit(".", 1)[0] + ".tree_mask")
+        self.walk_kernel = kernel_module(__package__.rsplit(".", 1)[0] + ".tree_walk")
+        if self.k > 0 and not self.build_kernel.supports(depths, self.k, budget):
+            raise ValueError(f"the build kernel cannot lay out L {depths} with K {self.k}")
+        n = budget + 1 if self.k > 0 else 1
+        long = dict(dtype=torch.int64, device=self.device)
+        self.vals = torch.empty(depths, max(self.k, 1), dtype=torch.float64, device=self.device)
+        self.ids = torch.empty(depths, max(self.k, 1), **long)
+        self.tree = (
+            *(torch.empty(n, **long) for _ in range(4)),
+            torch.empty(n, dtype=torch.float64, device=self.device),
+            torch.empty(1, **long),
+        )
+        words = (n + 31) // 32
+        self.compiled = (
+            torch.empty(n, n, dtype=torch.bool, device=self.device),
+            torch.empty(n, words, dtype=torch.int32, device=self.device),
+            *(torch.empty(n, **long) for _ in range(3)),
+        )
+        self.walked = (torch.empty(n, **long), torch.empty(n, **long), torch.empty(1, **long), torch.empty(1, **long))
+
+    @property
+    def num_rows(self) -> int:
+        """N, the fixed number of tree rows."""
+        return int(self.tree[0].shape[0])
+
+    def build(self, draft_logits: torch.Tensor, root: torch.Tensor, prefix_len: torch.Tensor) -> None:
+        """Top-K, tree build and compile into this step's buffers (kernels only).
+
+        Args:
+            draft_logits: [L, V] fp32/bf16/fp16 on the device.
+            root: [1] int64, the root token; prefix_len: [1] int64, the root's position.
+        """
+        if tuple(draft_logits.shape) != (self.depths, self.vocab):
+            raise ValueError(f"expected draft_logits [{self.depths}, {self.vocab}], got {tuple(draft_logits.shape)}")
+        if self.k == 0:
+            for buf, val in zip(self.tree, root_only(root)):
+                buf.copy_(val)
+        else:
+            self.topk_kernel.topk_logprobs(draft_logits, self.k, out=(self.vals, self.ids))
+            self.build_kernel.build_tree_arrays(self.vals, self.ids, self.budget, root, self.spine_depth, out=self.tree)
+        tokens, parents, depths, _, _, num_nodes = self.tree
+        self.mask_kernel.compile_tree_arrays(parents, depths, num_nodes, prefix_len, self.depths, out=self.compiled)
+
+    def walk(self, target_choice: torch.Tensor) -> None:
+        """Walk the built tree with the target's choices [N] into this step's `walked` buffers."""
+        tokens, parents, _, _, _, num_nodes = self.tree
+        self.walk_kernel.walk_arrays(tokens, parents, num_nodes, target_choice, self.depths, out=self.walked)
+
+
+def reference_step(
+    draft_logits: torch.Tensor,
+    budget: int,
+    topk: int,
+    root_token: int,
+    prefix_len: int,
+    target_choice: torch.Tensor | None,
+    spine_depth: int = 0,
+) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...], tuple[torch.Tensor, ...] | None]:
+    """The same step with the references, on the CPU.
+
+    Args:
+        draft_logits: [L, V] (any device); budget, topk, spine_depth: as TreeStep.
+        root_token, prefix_len: the root and its position.
+        target_choice: [N] the target's choices, or None to skip the walk.
+
+    Returns:
+        (tree arrays, compiled arrays, walked arrays or None), shaped like TreeStep's buffers.
+    """
+    logits = draft_logits.cpu()
+    k = min(topk, budget, logits.shape[1])
+    if k == 0 or logits.shape[0] == 0:
+        tree = root_only(torch.tensor([root_token]))
+    else:
+        vals, ids = topk_reference.sorted_topk_logprobs(logits, k)
+        tree = build_reference.build_tree_arrays(vals, ids, budget, root_token, spine_depth)
+    tokens, parents, depths, _, _, num_nodes = tree
+    n = int(num_nodes[0])
+    compiled = mask_reference.compile_tree_arrays(parents, depths, n, prefix_len)
+    walked = None if target_choice is None else walk_reference.walk_arrays(tokens, parents, n, target_choice.cpu())
+    return tree, compiled, walked

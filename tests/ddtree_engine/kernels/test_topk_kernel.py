@@ -1,0 +1,140 @@
+"""The top-K log-probability kernel (kernels/topk_logprobs/kernel.py) against its reference:
+same token ids exactly (ties to the lower id), log-probs within 1e-6 of the float64 reference,
+on named, seeded cases; in Triton's interpreter on a CPU host, natively on a GPU (`gpu` cases
+at real vocabulary sizes)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+
+# Without a GPU these run in Triton's interpreter: tests/ddtree_engine/conftest.py sets
+# TRITON_INTERPRET=1 before triton is first imported.
+pytest.importorskip("triton")
+
+from ddtree_engine.kernels import topk_logprobs  # noqa: E402
+from ddtree_engine.kernels.topk_logprobs import kernel, reference  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+TOL = 1e-6
+gpu = pytest.mark.gpu
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _logits(depths: int, vocab: int, seed: int, dtype=torch.float32, scale: float = 3.0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(depths, vocab, generator=g) * scale).to(dtype)
+
+
+def _tied(depths: int, vocab: int, seed: int) -> torch.Tensor:
+    """Few distinct values: most tokens tie with others, the argmax too."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 4, (depths, vocab), generator=g).float()
+
+
+def _masked(depths: int, vocab: int, seed: int) -> torch.Tensor:
+    """Most tokens at -inf (zero probability), fewer finite ones than K in some rows."""
+    x = _logits(depths, vocab, seed)
+    x[:, 3:] = float("-inf")
+    x[0, 1] = -0.0
+    x[0, 2] = 0.0
+    return x
+
+
+CASES = {  # name: (logits, k)
+    "one depth": (_logits(1, 7, 0), 3),
+    "odd sizes": (_logits(5, 13, 1), 4),
+    "k = V": (_logits(3, 6, 2), 6),
+    "k = 1": (_logits(4, 11, 3), 1),
+    "several chunks, bf16": (_logits(3, 9000, 4, torch.bfloat16), 8),
+    "several chunks, fp16": (_logits(2, 5003, 5, torch.float16), 5),
+    "ties everywhere": (_tied(4, 300, 6), 8),
+    "all equal": (torch.zeros(3, 17), 8),
+    "-inf and signed zeros": (_masked(3, 40, 7), 8),
+    "large logits": (_logits(3, 500, 8, scale=1e4), 8),
+}
+
+
+def _compare(name: str, logits: torch.Tensor, k: int, block: int = 4096) -> None:
+    vals, ids = kernel.topk_logprobs(logits.to(DEVICE), k, block=block)
+    want_vals, want_ids = reference.sorted_topk_logprobs(logits, k)
+    assert ids.cpu().tolist() == want_ids.tolist(), f"{name}: ids differ"
+    got, want = vals.cpu(), want_vals
+    finite = torch.isfinite(want)
+    assert torch.equal(torch.isfinite(got), finite), f"{name}: -inf positions differ"
+    diff = (got[finite] - want[finite]).abs().max().item() if finite.any() else 0.0
+    assert vals.dtype == torch.float64 and diff < TOL, f"{name}: max abs diff {diff:.3e}"
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_kernel_matches_the_reference(name):
+    logits, k = CASES[name]
+    _compare(name, logits, k)
+
+
+@pytest.mark.parametrize("block", [16, 64])
+def test_chunk_boundaries_do_not_change_the_result(block):
+    # Small blocks: many chunks per row, ties across chunk borders.
+    _compare(f"block {block}", _tied(3, 301, 9), 8, block=block)
+
+
+def test_real_vocabulary_in_one_pass():
+    # Qwen3's V = 151,936 (two depths: the interpreter runs every program in Python).
+    _compare("V=151936 bf16", _logits(2, 151_936, 10, torch.bfloat16), 8)
+
+
+def test_equal_logits_in_a_row_give_bit_equal_logprobs():
+    logits = torch.tensor([[1.0, 3.0, 3.0, 0.0, 3.0, -2.0]])
+    vals, ids = kernel.topk_logprobs(logits.to(DEVICE), 4)
+    assert ids.cpu().tolist() == [[1, 2, 4, 0]]
+    assert vals[0, 0].item() == vals[0, 1].item() == vals[0, 2].item()
+
+
+def test_bad_inputs_are_refused():
+    with pytest.raises(ValueError, match=r"expected draft_logits \[L, V\]"):
+        kernel.topk_logprobs(torch.zeros(4, device=DEVICE), 1)
+    with pytest.raises(ValueError, match="expected 1 <= k <= V = 5, got k = 6"):
+        kernel.topk_logprobs(torch.zeros(2, 5, device=DEVICE), 6)
+    with pytest.raises(ValueError, match="expected fp32, bf16 or fp16 logits, got torch.float64"):
+        kernel.topk_logprobs(torch.zeros(2, 5, dtype=torch.float64, device=DEVICE), 2)
+
+
+def test_dispatch_takes_the_reference_on_cpu_unless_forced(monkeypatch):
+    logits = _logits(2, 50, 11)
+    calls = []
+    real = kernel.topk_logprobs
+    monkeypatch.setattr(kernel, "topk_logprobs", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    monkeypatch.delenv("DDTREE_KERNELS", raising=False)
+    vals, ids = topk_logprobs.sorted_topk_logprobs(logits, 4)
+    assert calls == [] or torch.cuda.is_available() and logits.is_cuda
+    monkeypatch.setenv("DDTREE_KERNELS", "triton")
+    monkeypatch.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "1"))
+    if DEVICE == "cpu":
+        k_vals, k_ids = topk_logprobs.sorted_topk_logprobs(logits, 4)
+        assert calls == [1] and torch.equal(k_ids, ids)
+        assert (k_vals - vals).abs().max().item() < TOL
+    # float64 logits have no kernel: the reference serves them even when forced.
+    topk_logprobs.sorted_topk_logprobs(logits.double(), 4)
+    assert len(calls) <= 1
+
+
+def test_the_engine_does_not_import_triton_on_the_cpu_path():
+    # The kernel module (and so triton) is imported lazily: the package import alone must not.
+    assert "triton" in sys.modules  # this test file imported it; what matters is the package:
+    import ddtree_engine.kernels.topk_logprobs as pkg
+
+    assert "import triton" not in open(pkg.__file__).read()
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize(
+    "depths,vocab,k,dtype",
+    [(15, 151_936, 8, torch.bfloat16), (16, 262_144, 8, torch.float32), (15, 151_936, 1, torch.bfloat16), (7, 32_000, 16, torch.float16)],
+)
+def test_real_sizes_on_the_gpu(depths, vocab, k, dtype):
+    _compare(f"L={depths} V={vocab} k={k} {dtype}", _logits(depths, vocab, 12, dtype), k)
+    _compare(f"tied L={depths} V={vocab}", _tied(depths, vocab, 13).to(dtype), k)

@@ -1,0 +1,158 @@
+"""The tree-build kernel (kernels/tree_build/kernel.py) against its reference, and the reference
+against core.tree.build_tree: identical arrays (tokens, parents, depths, ranks, scores bit for
+bit, num_nodes) on every tree shape (chain, star, full k-ary, random, depth 1, budget 0,
+exhausted candidates, ties, zero-probability tokens, spine reservation). Interpreter on a CPU
+host; natively, plus real budgets, on a GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ddtree_engine.core.tree import build_tree
+from ddtree_engine.kernels.topk_logprobs import reference as topk_reference
+from ddtree_engine.kernels.tree_build import reference
+
+pytest.importorskip("triton")  # tests/ddtree_engine/conftest.py set TRITON_INTERPRET without a GPU
+
+from ddtree_engine.kernels.tree_build import kernel  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+FIELDS = ("tokens", "parents", "depths", "ranks", "scores", "num_nodes")
+gpu = pytest.mark.gpu
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _randn(depths, vocab, seed, scale=2.0):
+    return torch.randn(depths, vocab, generator=torch.Generator().manual_seed(seed)) * scale
+
+
+def _tied(depths, vocab, seed):
+    return torch.randint(0, 3, (depths, vocab), generator=torch.Generator().manual_seed(seed)).float()
+
+
+def _zero_prob(depths, vocab, seed):
+    x = _randn(depths, vocab, seed)
+    x[:, 2:] = float("-inf")  # two finite tokens per depth, K larger: -inf scores get chosen
+    return x
+
+
+# name: (logits [L, V], budget, topk, spine_depth)
+CASES = {
+    "chain (topk 1)": (_randn(6, 20, 0), 15, 1, 0),
+    "star (depth 1)": (_randn(1, 20, 1), 8, 8, 0),
+    "depth 1, budget below K": (_randn(1, 20, 2), 3, 8, 0),
+    "full binary (all equal)": (torch.zeros(3, 9), 14, 2, 0),
+    "full ternary (all equal)": (torch.zeros(3, 9), 39, 3, 0),
+    "random b15 k8": (_randn(15, 64, 3), 15, 8, 0),
+    "random b22 k4": (_randn(7, 33, 4), 22, 4, 0),
+    "random b64 k8": (_randn(15, 50, 5), 64, 8, 0),
+    "random b1": (_randn(4, 11, 6), 1, 3, 0),
+    "ties b40": (_tied(5, 12, 7), 40, 5, 0),
+    "ties across depths b30": (_tied(4, 6, 8).round(), 30, 3, 0),
+    "exhausted (L2 K2 b15)": (_randn(2, 10, 9), 15, 2, 0),
+    "zero-probability tokens": (_zero_prob(4, 12, 10), 30, 4, 0),
+    "spine 3": (_randn(6, 20, 11), 12, 3, 3),
+    "spine deeper than L": (_randn(4, 20, 12), 10, 3, 9),
+    "spine = budget": (_randn(8, 20, 13), 5, 3, 5),
+    "spine with ties": (_tied(5, 8, 14), 20, 4, 2),
+    "peaked (near-certain depths)": (_randn(10, 40, 15, scale=12.0), 30, 6, 0),
+}
+
+
+def _kernel_arrays(vals, ids, budget, root, spine):
+    out = kernel.build_tree_arrays(vals.to(DEVICE), ids.to(DEVICE), budget, torch.tensor([root], device=DEVICE), spine)
+    return tuple(a.cpu() for a in out)
+
+
+def _assert_same(name, got, want):
+    for field, g, w in zip(FIELDS, got, want):
+        if field == "scores":
+            finite = torch.isfinite(w)
+            diff = (g[finite] - w[finite]).abs().max().item() if finite.any() else 0.0
+            assert torch.equal(g, w), f"{name}: scores differ, max abs diff {diff:.3e}"
+        else:
+            assert torch.equal(g, w), f"{name}: {field} differ:\n kernel    {g.tolist()}\n reference {w.tolist()}"
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_reference_mirrors_core_build_tree(name):
+    logits, budget, topk, spine = CASES[name]
+    tree = build_tree(logits, budget, topk, root_token=5, spine_depth=spine)
+    k = min(topk, budget, logits.shape[1])
+    vals, ids = topk_reference.sorted_topk_logprobs(logits, k)
+    arrays = reference.build_tree_arrays(vals, ids, budget, 5, spine)
+    n = int(arrays[-1][0])
+    assert n == tree.num_nodes, f"{name}: {n} nodes, core.tree has {tree.num_nodes}"
+    for field, got in zip(FIELDS[:5], arrays[:5]):
+        assert torch.equal(got[:n], getattr(tree, field)), f"{name}: {field} differ from core.tree.build_tree"
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_kernel_matches_the_reference(name):
+    logits, budget, topk, spine = CASES[name]
+    k = min(topk, budget, logits.shape[1])
+    vals, ids = topk_reference.sorted_topk_logprobs(logits, k)
+    got = _kernel_arrays(vals, ids, budget, 5, spine)
+    _assert_same(name, got, reference.build_tree_arrays(vals, ids, budget, 5, spine))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_kernel_matches_the_reference_on_random_shapes(seed):
+    g = torch.Generator().manual_seed(100 + seed)
+    depths = int(torch.randint(1, 16, (1,), generator=g))
+    budget = int(torch.randint(1, 80, (1,), generator=g))
+    topk = int(torch.randint(1, 9, (1,), generator=g))
+    spine = int(torch.randint(0, 4, (1,), generator=g)) * (seed % 2)
+    logits = _tied(depths, 10, seed) if seed % 3 == 0 else _randn(depths, 10, seed)
+    k = min(topk, budget, 10)
+    vals, ids = topk_reference.sorted_topk_logprobs(logits, k)
+    name = f"seed {seed}: L {depths} budget {budget} K {k} spine {spine}"
+    _assert_same(name, _kernel_arrays(vals, ids, budget, 3, spine), reference.build_tree_arrays(vals, ids, budget, 3, spine))
+
+
+def test_core_build_tree_on_the_kernels_equals_the_reference(monkeypatch):
+    """Through core.tree.build_tree's dispatch: top-K kernel + build kernel (fp32 logits) give
+    the reference's tree; scores within the top-K kernel's precision."""
+    cases = [(CASES[n][0], *CASES[n][1:]) for n in ("random b15 k8", "ties b40", "spine 3", "star (depth 1)")]
+    monkeypatch.setenv("DDTREE_KERNELS", "reference")
+    want = [build_tree(x, b, t, 7, s) for x, b, t, s in cases]
+    calls = []
+    real = kernel.build_tree_arrays
+    monkeypatch.setattr(kernel, "build_tree_arrays", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    monkeypatch.setenv("DDTREE_KERNELS", "triton")
+    for (x, b, t, s), w in zip(cases, want):
+        got = build_tree(x.to(DEVICE), b, t, 7, s)
+        for field in FIELDS[:4]:
+            assert torch.equal(getattr(got, field), getattr(w, field)), f"{field} differ"
+        diff = (got.scores - w.scores).abs().max().item()
+        assert diff < 1e-5, f"scores: max abs diff {diff:.3e}"
+    assert len(calls) == len(cases)
+    # Budget 0 and nothing drafted never reach the kernel.
+    assert build_tree(torch.zeros(3, 5, device=DEVICE), 0, 4, 9).tokens.tolist() == [9]
+    assert build_tree(torch.zeros(0, 5, device=DEVICE), 4, 4, 9).tokens.tolist() == [9]
+    assert len(calls) == len(cases)
+
+
+def test_bad_inputs_are_refused():
+    vals, ids = torch.zeros(3, 2, dtype=torch.float64), torch.zeros(3, 2, dtype=torch.long)
+    root = torch.tensor([1])
+    with pytest.raises(ValueError, match="expected vals and ids"):
+        kernel.build_tree_arrays(vals, ids[:, :1], 4, root)
+    with pytest.raises(ValueError, match="expected float64 vals"):
+        kernel.build_tree_arrays(vals.float(), ids, 4, root)
+    with pytest.raises(ValueError, match="expected budget >= 1"):
+        kernel.build_tree_arrays(vals, ids, 0, root)
+    with pytest.raises(ValueError, match="ceil"):
+        kernel.build_tree_arrays(torch.zeros(15, 16, dtype=torch.float64), torch.zeros(15, 16, dtype=torch.long), 4, root)
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("budget,topk", [(15, 8), (22, 8), (64, 8), (256, 8), (256, 4), (100, 16)])
+def test_real_budgets_on_the_gpu(budget, topk):
+    depths = 15 if topk <= 8 else 14
+    for name, logits in {"random": _randn(depths, 1000, budget), "ties": _tied(depths, 1000, budget)}.items():
+        vals, ids = topk_reference.sorted_topk_logprobs(logits, topk)
+        got = _kernel_arrays(vals, ids, budget, 11, 0)
+        _assert_same(f"{name} b{budget} k{topk}", got, reference.build_tree_arrays(vals, ids, budget, 11, 0))

@@ -1,0 +1,192 @@
+"""The whole DDTree step on the kernels (kernels/tree_step: top-K -> build -> compile -> walk,
+fixed shapes, no host sync) against the references; on a GPU, captured in a CUDA graph and
+replayed on new logits; and the reference engine, with every tree kernel in use, still emits
+ar's tokens (T = 0, both architectures)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")  # tests/ddtree_engine/conftest.py set TRITON_INTERPRET without a GPU
+
+from engine_oracle import ARCHES, OracleDrafter, rule_deep, rule_siblings, run  # noqa: E402
+
+from ddtree_engine.kernels.topk_logprobs import kernel as topk_kernel  # noqa: E402
+from ddtree_engine.kernels.tree_build import kernel as build_kernel  # noqa: E402
+from ddtree_engine.kernels.tree_mask import kernel as mask_kernel  # noqa: E402
+from ddtree_engine.kernels.tree_step import TreeStep, reference_step  # noqa: E402
+from ddtree_engine.kernels.tree_walk import kernel as walk_kernel  # noqa: E402
+from ddtree_engine.types import SpeculativeConfig  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+gpu = pytest.mark.gpu
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+TREE = ("tokens", "parents", "depths", "ranks", "scores", "num_nodes")
+COMPILED = ("mask", "packed", "positions", "first_child", "next_sibling")
+WALKED = ("path", "emitted", "commit_len", "bonus")
+
+
+def _logits(depths, vocab, seed, dtype=torch.float32, tied=False):
+    g = torch.Generator().manual_seed(seed)
+    if tied:
+        return torch.randint(0, 3, (depths, vocab), generator=g).to(dtype)
+    return (torch.randn(depths, vocab, generator=g) * 3).to(dtype)
+
+
+def _deep_choices(tree, seed):
+    """Target choices that follow a child where there is one (a random child, so the walk takes
+    non-first siblings), from the reference tree."""
+    tokens, parents, *_, num_nodes = tree
+    n = int(num_nodes[0])
+    g = torch.Generator().manual_seed(seed)
+    choices = torch.full((tokens.shape[0],), 3, dtype=torch.long)
+    for i in range(n):
+        kids = [j for j in range(n) if int(parents[j]) == i]
+        if kids:
+            choices[i] = tokens[kids[int(torch.randint(len(kids), (1,), generator=g))]]
+    return choices
+
+
+def _compare(name, step, want):
+    tree, compiled, walked = want
+    for group, names, got_bufs, want_bufs in (
+        ("tree", TREE, step.tree, tree),
+        ("compiled", COMPILED, step.compiled, compiled),
+        ("walked", WALKED, step.walked, walked),
+    ):
+        for field, g, w in zip(names, got_bufs, want_bufs):
+            g = g.cpu()
+            if field == "scores":
+                finite = torch.isfinite(w)
+                diff = (g[finite] - w[finite]).abs().max().item() if finite.any() else 0.0
+                assert torch.equal(torch.isfinite(g), finite) and diff < 1e-5, f"{name}: scores, max abs diff {diff:.3e}"
+            else:
+                assert torch.equal(g, w), f"{name}: {group}.{field} differ:\n kernel    {g.tolist()}\n reference {w.tolist()}"
+
+
+def _run_step(depths, vocab, budget, topk, spine, logits, root, prefix, seed):
+    want_tree, _, _ = reference_step(logits, budget, topk, root, prefix, None, spine)
+    choices = _deep_choices(want_tree, seed)
+    want = reference_step(logits, budget, topk, root, prefix, choices, spine)
+    step = TreeStep(depths, vocab, budget, topk, DEVICE, spine)
+    step.build(logits.to(DEVICE), torch.tensor([root], device=DEVICE), torch.tensor([prefix], device=DEVICE))
+    step.walk(choices.to(DEVICE))
+    return step, want
+
+
+STEPS = {  # name: (L, V, budget, topk, spine, tied)
+    "b15 k8": (6, 300, 15, 8, 0, False),
+    "b22 k4 ties": (7, 50, 22, 4, 0, True),
+    "chain (topk 1)": (5, 40, 15, 1, 0, False),
+    "depth 1": (1, 40, 6, 8, 0, False),
+    "budget 0": (4, 40, 0, 8, 0, False),
+    "spine 2": (6, 80, 12, 3, 2, False),
+    "exhausted": (2, 20, 15, 2, 0, False),
+}
+
+
+@pytest.mark.parametrize("name", list(STEPS))
+def test_step_matches_the_references(name):
+    depths, vocab, budget, topk, spine, tied = STEPS[name]
+    logits = _logits(depths, vocab, len(name), tied=tied)
+    step, want = _run_step(depths, vocab, budget, topk, spine, logits, 17, 40, len(name))
+    _compare(name, step, want)
+    if budget > 0 and topk > 1:
+        assert int(step.walked[2][0]) >= 2, f"{name}: the walk accepted nothing"
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="runs the CPU test engines through the interpreter; a GPU host runs the kernels natively above"
+)
+def test_engine_is_lossless_with_the_tree_kernels(engines, monkeypatch):
+    """ddtree (deep and sibling acceptances) and dflash emit ar's tokens on both architectures
+    with build, compile and walk on the kernels (the drafters' fp64 logits keep the top-K on its
+    reference: that kernel takes fp32/bf16/fp16)."""
+    calls = {"build": 0, "compile": 0, "walk": 0}
+    for name, module, fn in (
+        ("build", build_kernel, "build_tree_arrays"),
+        ("compile", mask_kernel, "compile_tree_arrays"),
+        ("walk", walk_kernel, "walk_arrays"),
+    ):
+        real = getattr(module, fn)
+
+        def counted(*a, _real=real, _name=name, **kw):
+            calls[_name] += 1
+            return _real(*a, **kw)
+
+        monkeypatch.setattr(module, fn, counted)
+    prompt, max_new = [60, 9, 200, 33, 101], 12
+    for arch in ARCHES:
+        engine = engines[arch]
+        monkeypatch.setenv("DDTREE_KERNELS", "reference")
+        truth = run(engine, prompt, SpeculativeConfig("ar"), max_new).token_ids
+        monkeypatch.setenv("DDTREE_KERNELS", "triton")
+        for case, spec, rule in (
+            ("ddtree deep", SpeculativeConfig("ddtree", 15, 4), rule_deep),
+            ("ddtree siblings", SpeculativeConfig("ddtree", 8, 3), rule_siblings),
+            ("dflash", SpeculativeConfig("dflash"), rule_deep),
+        ):
+            drafter = OracleDrafter(prompt + truth, engine.runner.vocab_size, rule, seed=3)
+            result = run(engine, prompt, spec, max_new, drafter=drafter)
+            assert result.token_ids == truth, f"{arch} {case}"
+            assert max(s.accepted_drafts for s in result.steps) >= 2, f"{arch} {case}: nothing deep was accepted"
+    assert all(calls.values()), f"a kernel was never called: {calls}"
+
+
+def test_topk_kernel_in_the_step_is_used(monkeypatch):
+    calls = []
+    real = topk_kernel.topk_logprobs
+    monkeypatch.setattr(topk_kernel, "topk_logprobs", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    step = TreeStep(3, 30, 5, 2, DEVICE)
+    step.build(_logits(3, 30, 0).to(DEVICE), torch.tensor([1], device=DEVICE), torch.tensor([0], device=DEVICE))
+    assert calls == [1]
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("budget,topk", [(15, 8), (22, 8), (64, 8), (256, 8)])
+def test_real_sizes_on_the_gpu(budget, topk):
+    depths, vocab = 15, 151_936
+    for seed, tied in ((1, False), (2, True)):
+        logits = _logits(depths, vocab, seed, torch.bfloat16, tied)
+        step, want = _run_step(depths, vocab, budget, topk, 0, logits, 42, 1000, seed)
+        _compare(f"b{budget} k{topk} {'tied' if tied else 'random'}", step, want)
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("budget,topk,spine", [(15, 8, 0), (64, 8, 2), (256, 8, 0)])
+def test_the_step_replays_in_a_cuda_graph(budget, topk, spine):
+    """Capture build + walk once; replay on new logits, root, prefix and choices copied into the
+    static inputs; every replay equals the reference step on those inputs."""
+    depths, vocab = 15, 151_936
+    step = TreeStep(depths, vocab, budget, topk, "cuda", spine)
+    logits = torch.zeros(depths, vocab, dtype=torch.bfloat16, device="cuda")
+    root = torch.zeros(1, dtype=torch.long, device="cuda")
+    prefix = torch.zeros(1, dtype=torch.long, device="cuda")
+    choices = torch.zeros(step.num_rows, dtype=torch.long, device="cuda")
+    logits.copy_(_logits(depths, vocab, 0, torch.bfloat16).cuda())
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm-up (compiles the kernels) off the capture
+        step.build(logits, root, prefix)
+        step.walk(choices)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step.build(logits, root, prefix)
+        step.walk(choices)
+    for seed in range(1, 5):
+        new = _logits(depths, vocab, seed, torch.bfloat16, tied=seed % 2 == 0)
+        want_tree, _, _ = reference_step(new, budget, topk, 100 + seed, 500 * seed, None, spine)
+        new_choices = _deep_choices(want_tree, seed)
+        want = reference_step(new, budget, topk, 100 + seed, 500 * seed, new_choices, spine)
+        logits.copy_(new.cuda())
+        root.fill_(100 + seed)
+        prefix.fill_(500 * seed)
+        choices.copy_(new_choices.cuda())
+        graph.replay()
+        torch.cuda.synchronize()
+        _compare(f"replay {seed} b{budget}", step, want)
+        assert int(step.walked[2][0]) >= 2
