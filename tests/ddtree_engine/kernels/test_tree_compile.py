@@ -118,7 +118,9 @@ def test_core_compile_tree_on_the_kernel_equals_the_reference(monkeypatch):
     real = kernel.compile_tree_arrays
     monkeypatch.setattr(kernel, "compile_tree_arrays", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     monkeypatch.setenv("DDTREE_KERNELS", "triton")
-    got = compile_tree(tree, 40)
+    # On a GPU host the kernel runs natively on the tree's device; on a CPU host, in the interpreter.
+    on_device = DraftTree(**{f: getattr(tree, f).to(DEVICE) for f in ("tokens", "parents", "depths", "ranks", "scores")})
+    got = compile_tree(on_device, 40)
     assert calls == [1]
     for field in ("attention_mask", "positions", "parents", "first_child", "next_sibling"):
         assert torch.equal(getattr(got, field).cpu(), getattr(want, field)), field
