@@ -41,7 +41,7 @@ def container_config(lab_fleet, tmp_path_factory):
     path = tmp_path_factory.mktemp("container") / "ddtree.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     yield str(path)
-    removed = _run("-c", str(path), "undeploy")
+    removed = _run("-c", str(path), "undeploy", "--all")
     assert removed.exit_code == 0, removed.output
 
 
@@ -145,7 +145,7 @@ def test_deploy_runs_the_services_from_the_image_under_systemd(container_config)
 def test_undeploy_stops_the_containers_and_forgets_the_services(container_config):
     project = load_project(container_config)
     lab2 = project.host("lab-2")
-    removed = _run("-c", container_config, "undeploy", "--json")
+    removed = _run("-c", container_config, "undeploy", "--all", "--json")
     assert removed.exit_code == 0, removed.output
     assert SSH.run(lab2, "docker ps --format '{{.Names}}'").split() == []
     state = json.loads(SSH.run(lab2, "cat /var/lib/ddtree/state.json"))
