@@ -13,6 +13,7 @@ pytest.importorskip("triton")  # tests/ddtree_engine/conftest.py set TRITON_INTE
 from engine_oracle import ARCHES, OracleDrafter, rule_deep, rule_siblings, run  # noqa: E402
 
 from ddtree_engine.kernels.topk_logprobs import kernel as topk_kernel  # noqa: E402
+from ddtree_engine.kernels.topk_logprobs import reference as topk_reference  # noqa: E402
 from ddtree_engine.kernels.tree_build import kernel as build_kernel  # noqa: E402
 from ddtree_engine.kernels.tree_mask import kernel as mask_kernel  # noqa: E402
 from ddtree_engine.kernels.tree_step import TreeStep, reference_step  # noqa: E402
@@ -179,12 +180,22 @@ def test_the_step_replays_in_a_cuda_graph(budget, topk, spine):
         step.walk(choices)
     for seed in range(1, 5):
         new = _logits(depths, vocab, seed, torch.bfloat16, tied=seed % 2 == 0)
-        want_tree, _, _ = reference_step(new, budget, topk, 100 + seed, 500 * seed, None, spine)
-        new_choices = _deep_choices(want_tree, seed)
-        want = reference_step(new, budget, topk, 100 + seed, 500 * seed, new_choices, spine)
         logits.copy_(new.cuda())
         root.fill_(100 + seed)
         prefix.fill_(500 * seed)
+        graph.replay()  # first with any choices: the tree does not depend on them
+        torch.cuda.synchronize()
+        # The top-K table against float64 (ids exact, log-probs within fp32-exp rounding) ...
+        want_vals, want_ids = topk_reference.sorted_topk_logprobs(new, step.k)
+        assert torch.equal(step.ids.cpu(), want_ids), f"replay {seed}: top-K ids differ"
+        table_diff = (step.vals.cpu() - want_vals).abs().max().item()
+        assert table_diff < 1e-6, f"replay {seed}: top-K log-probs, max abs diff {table_diff:.3e}"
+        # ... and everything built from it bit for bit: bf16 logits tie prefixes in exact arithmetic,
+        # which the ~1e-8 difference of the two tables may order either way (same tree quality).
+        table = (step.vals.clone(), step.ids.clone())
+        want_tree, _, _ = reference_step(new, budget, topk, 100 + seed, 500 * seed, None, spine, table)
+        new_choices = _deep_choices(want_tree, seed)
+        want = reference_step(new, budget, topk, 100 + seed, 500 * seed, new_choices, spine, table)
         choices.copy_(new_choices.cuda())
         graph.replay()
         torch.cuda.synchronize()

@@ -99,6 +99,7 @@ def reference_step(
     prefix_len: int,
     target_choice: torch.Tensor | None,
     spine_depth: int = 0,
+    topk_table: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...], tuple[torch.Tensor, ...] | None]:
     """The same step with the references, on the CPU.
 
@@ -106,6 +107,11 @@ def reference_step(
         draft_logits: [L, V] (any device); budget, topk, spine_depth: as TreeStep.
         root_token, prefix_len: the root and its position.
         target_choice: [N] the target's choices, or None to skip the walk.
+        topk_table: ([L, K] log-probs, [L, K] ids) to build from instead of the float64 top-K of
+            `draft_logits`. The kernel's log-probs are within ~1e-7 of float64 (fp32 exp), so two
+            prefixes whose scores tie in exact arithmetic (common with bf16 logits) can be ordered
+            either way; a test feeds the kernel's own table here to compare the build bit for bit
+            and checks the table against float64 on its own.
 
     Returns:
         (tree arrays, compiled arrays, walked arrays or None), shaped like TreeStep's buffers.
@@ -115,7 +121,7 @@ def reference_step(
     if k == 0 or logits.shape[0] == 0:
         tree = root_only(torch.tensor([root_token]))
     else:
-        vals, ids = topk_reference.sorted_topk_logprobs(logits, k)
+        vals, ids = topk_reference.sorted_topk_logprobs(logits, k) if topk_table is None else (t.cpu() for t in topk_table)
         tree = build_reference.build_tree_arrays(vals, ids, budget, root_token, spine_depth)
     tokens, parents, depths, _, _, num_nodes = tree
     n = int(num_nodes[0])
