@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from . import compare, deploy, doctor, health, init_cmd, lab, provision
+from . import compare, deploy, doctor, health, init_cmd, lab, provision, sweep
 from .common import DdtreeGroup, config_option, with_config_option
 
 # The order of the flow: what a new user runs first comes first in `ddtree-ops --help`.
@@ -24,12 +24,13 @@ COMMANDS: tuple[click.Command, ...] = (
     deploy.deploy,
     health.healthcheck,
     compare.compare,
+    sweep.sweep,
     deploy.rollback,
     deploy.undeploy,
 )
 # Every command that reads the project file takes `-c FILE` after its name too (`init` takes it itself:
 # the file it writes); `lab` makes its own project file, so it takes none.
-READS_PROJECT = ("doctor", "provision", "deploy", "healthcheck", "compare", "rollback", "undeploy")
+READS_PROJECT = ("doctor", "provision", "deploy", "healthcheck", "compare", "sweep", "rollback", "undeploy")
 
 
 @click.group(cls=DdtreeGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -53,6 +54,7 @@ def cli(ctx: click.Context) -> None:
       ddtree-ops deploy --budget 15 --topk 8   # roll the services out, gated on /health
       ddtree-ops healthcheck                   # every service: unit, HTTP, a generation, acceptance
       ddtree-ops compare --runs 3              # baseline vs tree on the same prompts
+      ddtree-ops sweep --budgets 8,15,31 --topks 4,8   # try budgets/topks, recommend one
       ddtree-ops doctor -c prod.yaml --hosts gpu-1,gpu-2
 
     \b

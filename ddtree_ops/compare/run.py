@@ -214,8 +214,9 @@ def _compare_host(
     failures: list[dict[str, Any]],
     warnings: list[str],
     server_info: dict[str, dict[str, Any]],
+    backend: str = "reference",
 ) -> None:
-    clients = {arm: ServiceClient(service_url(host, svc), timeout_s=timeout_s) for arm, svc in arms.items()}
+    clients = {arm: ServiceClient(service_url(host, svc), timeout_s=timeout_s, backend=backend) for arm, svc in arms.items()}
     try:
         models: dict[str, str | None] = {}
         for arm, svc in arms.items():
@@ -302,7 +303,7 @@ def run_compare(
     hosts = plan_hosts(project, baseline_svc, tree_svc, host_names)
     # Every arm on every host must be up before anything is measured: a report of services that
     # were down is an empty report, and the caller writes none when this raises.
-    problems = preflight(hosts, [baseline_svc, tree_svc], timeout_s)
+    problems = preflight(hosts, [baseline_svc, tree_svc], timeout_s, project.engine.backend)
     if problems:
         raise CheckFailed(
             "compare: not every service is healthy, so nothing was measured and no report was written:\n  "
@@ -318,7 +319,10 @@ def run_compare(
     server_info: dict[str, dict[str, Any]] = {}
     t0 = time.perf_counter()
     for host in hosts:
-        _compare_host(host, arms, prompts, runs, max_tokens, timeout_s, say, all_runs, failures, warnings, server_info)
+        _compare_host(
+            host, arms, prompts, runs, max_tokens, timeout_s, say, all_runs, failures, warnings, server_info,
+            project.engine.backend,
+        )  # fmt: skip
     say(f"measured {len(all_runs)} runs in {time.perf_counter() - t0:.1f}s")
 
     summaries = []
@@ -365,16 +369,19 @@ def _tree_settings(project: Project, tree: Service, infos: list[dict[str, Any]])
     return {
         "budget": info.get("speculative_ddtree_budget", tree.budget),
         "topk": info.get("speculative_ddtree_topk", tree.topk),
-        "block_size": info.get("speculative_num_draft_tokens", project.engine.block_size),
+        "block_size": info.get("speculative_num_draft_tokens") or project.engine.block_size,
     }
 
 
-def preflight(hosts: Sequence[Host], services: Sequence[Service], timeout_s: float) -> list[dict[str, Any]]:
+def preflight(
+    hosts: Sequence[Host], services: Sequence[Service], timeout_s: float, backend: str = "reference"
+) -> list[dict[str, Any]]:
     """Is every service to be measured answering `/health` 200? Asked before anything is measured or written.
 
     Args:
         hosts, services: what compare would measure (each service on each host).
         timeout_s: per request (capped at PREFLIGHT_TIMEOUT_S: a healthy server answers at once).
+        backend: the project's engine.backend (the servers' dialect).
 
     Returns:
         one failure per service that is not healthy, naming why (empty: go ahead).
@@ -383,7 +390,7 @@ def preflight(hosts: Sequence[Host], services: Sequence[Service], timeout_s: flo
     for host in hosts:
         for svc in services:
             url = service_url(host, svc)
-            with ServiceClient(url, timeout_s=min(timeout_s, PREFLIGHT_TIMEOUT_S)) as client:
+            with ServiceClient(url, timeout_s=min(timeout_s, PREFLIGHT_TIMEOUT_S), backend=backend) as client:
                 try:
                     status = client.health_status()
                 except httpx.HTTPError as err:

@@ -33,6 +33,7 @@ class GateTarget:
     service: str
     url: str  # http://address:port
     expected_info: dict[str, Any] | None  # what /server_info must report; None = /health only
+    backend: str = "reference"  # engine.backend: which server dialect it speaks (service/dialect.py)
 
 
 @dataclass
@@ -45,8 +46,8 @@ class GateResult:
 # Returns why systemd gave up on a service's unit (e.g. "unit ddtree-tree.service failed after
 # 5 restarts"), or None while it is still starting, running or about to restart.
 UnitProbe = Callable[[GateTarget], "str | None"]
-# Makes the client of one service (base URL, per-request timeout).
-Connect = Callable[[str, float], ServiceClient]
+# Makes the client of one service (base URL, per-request timeout, engine backend).
+Connect = Callable[[str, float, str], ServiceClient]
 
 
 def wait_healthy(
@@ -71,7 +72,7 @@ def wait_healthy(
         one GateResult per service name. All services are polled together, so a host costs one timeout at most.
     """
     request_timeout = min(10.0, max(interval_s, 2.0))
-    clients = {t.service: connect(t.url, request_timeout) for t in targets}
+    clients = {t.service: connect(t.url, request_timeout, t.backend) for t in targets}
     start = time.monotonic()
     results: dict[str, GateResult] = {}
     last_seen: dict[str, str] = {t.service: "no answer yet" for t in targets}
@@ -143,7 +144,7 @@ def wait_restored(
     """Health of services put back on an older release: /health only, since their
     /server_info is the old release's, not this rollout's."""
     return wait_healthy(
-        [GateTarget(t.host, t.service, t.url, None) for t in targets],
+        [GateTarget(t.host, t.service, t.url, None, t.backend) for t in targets],
         timeout_s=settings.health_timeout_s,
         interval_s=settings.health_interval_s,
         progress=say,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import Project, Service
+from ..config import Host, Project, Service
 from ..exceptions import ConfigError
 from ..service import server_info
 from ..service.client import base_url
@@ -27,6 +27,7 @@ class ServicePlan:
     topk: int | None
     spec: UnitSpec
     block_size: int | None = None  # what /server_info must report for dflash/ddtree
+    backend: str = "reference"  # engine.backend (the server's dialect)
 
     @property
     def base_url(self) -> str:
@@ -34,11 +35,11 @@ class ServicePlan:
 
     def expected_server_info(self) -> dict[str, Any]:
         """What `/server_info` must report once this service is deployed."""
-        return server_info.expected(self.algorithm, self.block_size, self.budget, self.topk)
+        return server_info.expected(self.algorithm, self.block_size, self.budget, self.topk, self.backend)
 
     def gate_target(self) -> GateTarget:
         """What the health gate needs of this service: where it answers and what it must report."""
-        return GateTarget(self.host, self.service, self.base_url, self.expected_server_info())
+        return GateTarget(self.host, self.service, self.base_url, self.expected_server_info(), self.backend)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,20 @@ def _width_warning(service: Service, block_size: int) -> str | None:
         f"different verify width than the linear baseline, so the comparison is not at equal cost "
         f"(use --budget {block_size - 1} for equal cost)"
     )
+
+
+def _shared_gpu_warnings(project: Project, hosts: list[Host], services: list[Service]) -> list[str]:
+    # SGLang serves on the first GPU CUDA shows it: two unpinned services on one host both load onto
+    # GPU 0 (and the second runs out of memory or halves the first's speed).
+    warnings = []
+    for host in hosts:
+        unpinned = [s.name for s in services if not s.gpus and host in project.hosts_of(s)]
+        if len(unpinned) > 1:
+            warnings.append(
+                f"host {host.name!r}: services {', '.join(map(repr, unpinned))} pin no GPU, so SGLang puts each on "
+                f"the host's first GPU: give each its own with services[].gpus"
+            )
+    return warnings
 
 
 def plan_deploy(
@@ -128,6 +143,9 @@ def plan_deploy(
                 f"at most {max(service.budget, 1)} candidates per depth can be used"
             )
 
+    if project.engine.backend == "sglang":
+        warnings += _shared_gpu_warnings(project, selected_hosts, list(overridden.values()))
+
     host_plans: list[HostPlan] = []
     for host in selected_hosts:
         plans = [
@@ -140,6 +158,7 @@ def plan_deploy(
                 budget=service.budget,
                 topk=service.topk,
                 block_size=project.engine.block_size,
+                backend=project.engine.backend,
                 spec=unit_spec(
                     service,
                     host,

@@ -107,7 +107,9 @@ def execute_rollback(
             outcome.services.append(service_outcome)
             if rolled:
                 outcome.status = "rolled back"
-                restored.append(GateTarget(host.name, service.name, base_url(host.address, service.port), None))
+                restored.append(
+                    GateTarget(host.name, service.name, base_url(host.address, service.port), None, project.engine.backend)
+                )
             else:
                 service_outcome.detail = f"nothing to roll back: {service.name} on {host.name} {_why_not_sentence(entry)}"
         if restored:

@@ -16,15 +16,19 @@ import yaml
 
 from ..config import Engine, Host, Service
 from ..exceptions import ConfigError
-from ..hosts.layout import ENV_FILE_DIR, container_name, env_file_path, syslog_identifier, unit_name
+from ..hosts.layout import ENV_FILE_DIR, IMAGE_ENV_DIR, container_name, env_file_path, syslog_identifier, unit_name
 from ..provision.kinds import lock_kind
 from ..provision.modes import install_mode
 from ..state import repo_root
+from .sglang_command import sglang_args
 
 ROLE_DIR = repo_root() / "ansible" / "roles" / "ddtree_deploy"
 TEMPLATES_DIR = ROLE_DIR / "templates"
 ENV_DIR = ENV_FILE_DIR
 SERVE_HOST = "0.0.0.0"
+# The program the unit runs from the env's bin/, per engine backend: the reference backend's own server,
+# or the env's Python running SGLang's server (sglang_command.py).
+EXECUTABLES = {"reference": "ddtree-engine", "sglang": "python"}
 
 # Characters systemd's command-line parser treats as plain text without quoting.
 _PLAIN_ARG = re.compile(r"^[A-Za-z0-9_./:=,@+-]+$")
@@ -91,9 +95,12 @@ def container_run_args(service: Service, host: Host, engine: Engine, env_names: 
     environment passes through by name from the unit (`-e NAME`, the values stay in the 0600 env
     file, out of the command line); GPUs by UUID like the venv units (all of them when the service
     pins none and the host lists GPUs or runs the sglang backend); model directories are mounted
-    read-only at the same paths.
+    read-only at the same paths. The image's entrypoint is `ddtree-engine`; an sglang service runs
+    the image's env Python instead, with the same arguments as its venv unit.
     """
     args = ["--network", "host", "--init"]
+    if engine.backend != "reference":
+        args += ["--entrypoint", f"{IMAGE_ENV_DIR}/bin/{EXECUTABLES[engine.backend]}"]
     for name in env_names:
         args += ["-e", name]
     uuids = gpu_uuids(service, host)
@@ -160,6 +167,7 @@ class UnitSpec:
     env_file: dict[str, str] = field(default_factory=dict)
     runtime: str = "venv"  # venv | container (engine.install.mode)
     container_args: list[str] = field(default_factory=list)
+    executable: str = EXECUTABLES["reference"]  # in the env's bin/ (venv mode)
 
     @property
     def unit(self) -> str:
@@ -181,6 +189,7 @@ class UnitSpec:
             "topk": self.topk,
             "serve_args": list(self.serve_args),
             "serve_args_quoted": [systemd_quote(a) for a in self.serve_args],
+            "executable": self.executable,
             "unit_environment": [f"{systemd_quote(f'{k}={v}')}" for k, v in self.unit_environment.items()],
             "env_file_lines": [f"{k}={env_file_quote(v)}" for k, v in self.env_file.items()],
             "runtime": self.runtime,
@@ -192,21 +201,34 @@ class UnitSpec:
 def unit_spec(
     service: Service, host: Host, engine: Engine, *, metrics_log_interval: int, api_key: str | None = None
 ) -> UnitSpec:
-    """The unit and env-file values of `service` on `host`."""
+    """The unit and env-file values of `service` on `host`.
+
+    Args:
+        service, host, engine: from the project file.
+        metrics_log_interval: verify steps between `DDTREE metrics:` lines (reference backend).
+        api_key: written to the env file only (None = no key).
+    Returns:
+        the UnitSpec. Raises ConfigError for GPU pins the host cannot satisfy and settings the backend cannot run.
+    """
     env_file = env_file_values(service, api_key=api_key)
     container = install_mode(engine.install.mode).builds_image
+    if engine.backend == "sglang":
+        args = sglang_args(service, engine, host=SERVE_HOST)
+    else:
+        args = serve_args(service, engine, metrics_log_interval=metrics_log_interval)
     return UnitSpec(
         service=service.name,
         algorithm=service.algorithm,
         port=service.port,
         budget=service.budget,
         topk=service.topk,
-        serve_args=serve_args(service, engine, metrics_log_interval=metrics_log_interval),
+        serve_args=args,
         # In a container the GPUs are chosen by `--gpus`; CUDA inside sees only those.
         unit_environment={} if container else unit_environment(gpu_uuids(service, host)),
         env_file=env_file,
         runtime=engine.install.mode,
         container_args=container_run_args(service, host, engine, list(env_file)) if container else [],
+        executable=EXECUTABLES[engine.backend],
     )
 
 

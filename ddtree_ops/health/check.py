@@ -161,6 +161,7 @@ def expected_server_info(project: Project, service: Service, deployed: dict[str,
         deployed.get("block_size") or project.engine.block_size,
         service.budget if budget is None else budget,
         service.topk if topk is None else topk,
+        project.engine.backend,
     )
 
 
@@ -196,15 +197,23 @@ class HttpFacts:
     accept_length_recent: float | None = None  # over the probe generation (RECENT_ACCEPT_DEFINITION)
 
 
-def probe_http(url: str, timeout_s: float = 30.0) -> HttpFacts:
+def probe_http(url: str, timeout_s: float = 30.0, backend: str = "reference") -> HttpFacts:
     """Ask the service /health, /server_info, /metrics, a greedy completion and /metrics again, in that order.
 
     The two scrapes around the completion give its recent acceptance; the second the lifetime one.
+    On the sglang backend `/health_generate` is asked after `/health` (SGLang's `/health` does not generate).
 
     Stops after /health when it is not 200: the rest would only repeat that failure.
+
+    Args:
+        url: the service's base URL.
+        timeout_s: per request.
+        backend: the project's engine.backend (the server's dialect, service/dialect.py).
+    Returns:
+        the raw facts; `evaluate` judges them.
     """
     facts = HttpFacts()
-    with ServiceClient(url, timeout_s=timeout_s) as client:
+    with ServiceClient(url, timeout_s=timeout_s, backend=backend) as client:
         try:
             facts.health_status = client.health_status()
         except httpx.HTTPError as err:
@@ -215,6 +224,16 @@ def probe_http(url: str, timeout_s: float = 30.0) -> HttpFacts:
                 f"health: {url}/health answered {facts.health_status} (503 = still loading or not warmed up)"
             )
             return facts
+        try:
+            generating = client.generation_health_status()
+        except httpx.HTTPError as err:
+            generating = None
+            facts.failures.append(f"health: {url}/health_generate failed: {str(err) or type(err).__name__}")
+        if generating not in (None, 200):
+            facts.failures.append(
+                f"health: {url}/health_generate answered {generating}: /health is 200 but the scheduler did not "
+                "generate a token (see the service's journal)"
+            )
         try:
             facts.info = client.server_info()
         except (httpx.HTTPError, ValueError) as err:
@@ -363,7 +382,7 @@ def run_healthcheck(
 
     def http_task(host: Host, service: Service) -> HttpFacts:
         say(f"{host.name}/{service.name}: checking {service_url(host, service)}")
-        return probe_http(service_url(host, service), timeout_s=timeout_s)
+        return probe_http(service_url(host, service), timeout_s=timeout_s, backend=project.engine.backend)
 
     with ThreadPoolExecutor(max_workers=max_workers) as pool:
         host_futures = {}

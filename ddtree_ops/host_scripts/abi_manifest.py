@@ -755,27 +755,9 @@ def build_manifest(args):
 
     checks.append(pip_check())
 
-    if dist_version("sglang"):
-        try:
-            from importlib import metadata
-
-            eps = metadata.entry_points()
-            group = eps.select(group="sglang.srt.plugins") if hasattr(eps, "select") else eps.get("sglang.srt.plugins", [])
-            names = sorted(ep.name for ep in group)
-        except Exception as exc:  # noqa: BLE001
-            names, error = [], str(exc)
-        else:
-            error = None
-        registered = any("ddtree" in n.lower() for n in names)
-        status = "ok" if registered else ("fail" if "ddtree_engine" in args.require else "skip")
-        checks.append(
-            _check(
-                "sglang_plugin",
-                status,
-                "DDTree plugin registered in sglang.srt.plugins" if registered else "no DDTree entry point in sglang.srt.plugins (%s)" % (error or names),
-                entry_points=names,
-            )
-        )
+    plugin = sglang_plugin_check(args.require)
+    if plugin is not None:
+        checks.append(plugin)
 
     return {
         "format": MANIFEST_FORMAT,
@@ -791,6 +773,38 @@ def build_manifest(args):
         },
         "checks": checks,
     }
+
+
+def sglang_plugin_check(required):
+    """The `sglang_plugin` check, or None when sglang is not installed (nothing to plug into).
+
+    Reads installed metadata only (importlib.metadata): an entry point whose name contains "ddtree" in
+    SGLang's group `sglang.srt.plugins`, which the engine wheel declares. Without it SGLang starts but
+    `--speculative-algorithm DDTREE` is unknown; that fails the check when ddtree_engine is required.
+    """
+    if not dist_version("sglang"):
+        return None
+    try:
+        from importlib import metadata
+
+        eps = metadata.entry_points()
+        group = eps.select(group="sglang.srt.plugins") if hasattr(eps, "select") else eps.get("sglang.srt.plugins", [])
+        found = sorted((ep.name, ep.value) for ep in group)
+    except Exception as exc:  # noqa: BLE001
+        found, error = [], str(exc)
+    else:
+        error = None
+    names = [name for name, _ in found]
+    ours = ["%s = %s" % (name, value) for name, value in found if "ddtree" in name.lower()]
+    status = "ok" if ours else ("fail" if "ddtree_engine" in required else "skip")
+    if ours:
+        reason = "DDTree plugin registered in sglang.srt.plugins (%s)" % ", ".join(ours)
+    else:
+        reason = (
+            "no DDTree entry point in sglang.srt.plugins (%s): install the ddtree-engine wheel into this env "
+            "next to sglang" % (error or names)
+        )
+    return _check("sglang_plugin", status, reason, entry_points=names)
 
 
 def pip_check():

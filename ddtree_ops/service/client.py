@@ -1,5 +1,6 @@
-"""The HTTP client of one service (both engine backends answer the same way): deploy's gate,
-healthcheck and compare all talk to a server through `ServiceClient`."""
+"""The HTTP client of one service: deploy's gate, healthcheck and compare all talk to a server through
+`ServiceClient`. Both engine backends answer the same endpoints; where they differ (`/server_info`'s keys,
+a generating health check) the project's engine.backend picks the dialect (`dialect.py`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any, Iterator
 import httpx
 
 from ..config import Host, Service
+from .dialect import check_backend, health_generate_path, normalize_info
 from .metrics_text import Metrics, MetricsParseError, parse_metrics
 
 API_KEY_ENV = "DDTREE_API_KEY"
@@ -70,10 +72,12 @@ def _token_ids_from(extra: Any) -> list[int] | None:
 
 
 class ServiceClient:
-    """The HTTP API of one deployed service (both engine backends answer the same way)."""
+    """The HTTP API of one deployed service; `backend` (the project's engine.backend) picks the dialect
+    (`dialect.py`) where the two servers differ."""
 
-    def __init__(self, base_url: str, timeout_s: float = 30.0) -> None:
+    def __init__(self, base_url: str, timeout_s: float = 30.0, backend: str = "reference") -> None:
         self.base_url = base_url
+        self.backend = check_backend(backend)
         self._client = httpx.Client(base_url=base_url, timeout=timeout_s, headers=api_headers())
 
     def close(self) -> None:
@@ -88,13 +92,19 @@ class ServiceClient:
     def health_status(self) -> int:
         return self._client.get("/health").status_code
 
+    def generation_health_status(self) -> int | None:
+        """The status of the backend's generating health check (`/health_generate`), None where `/health` is one."""
+        path = health_generate_path(self.backend)
+        return None if path is None else self._client.get(path).status_code
+
     def server_info(self) -> dict[str, Any]:
+        """`/server_info` in the contract's keys, secrets redacted (`dialect.normalize_info`)."""
         r = self._client.get("/server_info")
         r.raise_for_status()
         data = r.json()
         if not isinstance(data, dict):
             raise ValueError(f"/server_info returned {type(data).__name__}, expected a JSON object")
-        return data
+        return normalize_info(self.backend, data)
 
     def metrics(self) -> Metrics:
         r = self._client.get("/metrics")

@@ -25,6 +25,7 @@ SPEC_VERIFY_CALLS = "sglang:spec_verify_calls_total"
 SPEC_ACCEPT_LENGTH = "sglang:spec_accept_length"
 # The DDTree engine's own counter of tokens committed by verify steps (SGLang has no such counter).
 VERIFY_COMMITTED_TOKENS = "ddtree:verify_committed_tokens_total"
+RUNNING_REQUESTS = "sglang:num_running_reqs"
 
 # The one definition of acceptance every tool shows (tables, JSON, Markdown).
 ACCEPT_DEFINITION = "accept = committed tokens per verify step, prefill excluded"
@@ -191,3 +192,13 @@ def accept_length_lifetime(metrics: Metrics) -> Acceptance:
         return Acceptance(committed / calls, source) if calls else Acceptance()
     gauge = metrics.mean(SPEC_ACCEPT_LENGTH)
     return Acceptance(gauge, SOURCE_GAUGE) if gauge is not None else Acceptance()
+
+
+def running_requests(metrics: Metrics) -> float | None:
+    """Requests in flight (`sglang:num_running_reqs`), None when the server does not export it.
+
+    SGLang writes the total under `priority=""` and, with priority scheduling on, one more series per
+    priority (srt/observability/metrics_collector.py, `_log_gauge_queue_count`): only the totals are summed.
+    """
+    values = [s.value for s in metrics.samples if s.name == RUNNING_REQUESTS and not s.labels.get("priority")]
+    return math.fsum(values) if values else None

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from .dialect import expected_draft_keys
 
-def expected(algorithm: str, block_size: int | None, budget: int | None, topk: int | None) -> dict[str, Any]:
+
+def expected(
+    algorithm: str, block_size: int | None, budget: int | None, topk: int | None, backend: str = "reference"
+) -> dict[str, Any]:
     """The values a service of `algorithm` must report. The block size only applies to speculative
-    algorithms: the drafter decides it, so a project file that says otherwise is caught here."""
+    algorithms: the drafter decides it, so a project file that says otherwise is caught here (how it
+    shows depends on the backend: `dialect.expected_draft_keys`)."""
     values: dict[str, Any] = {"speculative_algorithm": str(algorithm).upper()}
-    if algorithm in ("dflash", "ddtree") and block_size is not None:
-        values["speculative_num_draft_tokens"] = block_size
+    values.update(expected_draft_keys(backend, algorithm, block_size, budget))
     if algorithm == "ddtree":
         values["speculative_ddtree_budget"] = budget
         values["speculative_ddtree_topk"] = topk

@@ -18,7 +18,9 @@ from ddtree_engine.reference.generate import generate
 from ddtree_engine.reference.target import TargetCache, TargetRunner
 from ddtree_engine.types import GenerationResult, SamplingParams, SpeculativeConfig
 
-ARCHES = ("qwen3", "qwen3-next")
+# Attention-only, and two hybrid layouts of the same layers: Qwen3-Next (grouped Gated-DeltaNet
+# projections) and dense Qwen3.5 (split projections, the one SGLang loads without MoE).
+ARCHES = ("qwen3", "qwen3-next", "qwen3.5")
 
 RankRule = Callable[[int, int], "int | None"]
 

@@ -4,7 +4,7 @@ it wraps: the runner's prefill logits against the model's own forward, its decod
 
 Tolerances (max abs logit diff, prefill and decode; measured in brackets): Qwen3 in float64,
 1e-10 [0]; Qwen3-Next in float64, 1e-6 [1.2e-7: Hugging Face runs the gated delta rule in
-float32]; the lab pair in float32, 5e-4 [trained 1.1e-5, slow decay 6e-5; logits up to ~19]."""
+float32]; Qwen3.5 likewise, 1e-6 [6e-8]; the lab pair (Qwen3.5) in float32, 5e-4 [trained 1.1e-5, slow decay 6e-5; logits up to ~19]."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from ddtree_engine.types import SamplingParams, SpeculativeConfig
 from ddtree_ops.compare.prompts import BUILTIN_PROMPTS
 
 MAX_NEW = 32
-TOLERANCE = {"qwen3": 1e-10, "qwen3-next": 1e-6, "lab": 5e-4}
+TOLERANCE = {"qwen3": 1e-10, "qwen3-next": 1e-6, "qwen3.5": 1e-6, "lab": 5e-4}
 TINY_PROMPTS = ([60, 9, 200, 33, 101], [(i * 37 + 11) % 256 for i in range(23)])
 
 

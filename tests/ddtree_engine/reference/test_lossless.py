@@ -1,6 +1,8 @@
 """Losslessness: at T=0, dflash and ddtree emit exactly the tokens ar emits, on an
 attention-only (Qwen3) and a hybrid (Qwen3-Next, slow GDN decay) target, in both exact hybrid
-modes, over the full product budget x topk x drafter rule x prompt length.
+modes, over the full product budget x topk x drafter rule x prompt length; and on dense Qwen3.5
+(the same hybrid with split Gated-DeltaNet projections, the layout SGLang loads) over a subset:
+its tree and state code is Qwen3-Next's, only the projections differ.
 
 Every case also checks that
 - each verify step accepted the depth the tree's best-first rule allows for that drafter
@@ -51,6 +53,11 @@ RULES = {
 }
 # Hybrid modes that claim exactness; on an attention-only target the mode changes nothing.
 TARGETS = (("qwen3", "safe"), ("qwen3-next", "safe"), ("qwen3-next", "spine"))
+# Qwen3.5, safe: the budgets of the H200 acceptance runs, both prompt lengths past 1; spine: one tree.
+QWEN35_SUBSET = [
+    *itertools.product([("qwen3.5", "safe")], (1, 8, 15, 32), (1, 8), RULES, ("len5", "len23")),
+    *itertools.product([("qwen3.5", "spine")], (15,), (8,), RULES, ("len5", "len23")),
+]
 
 
 def test_depth_model_agrees_with_build_tree():
@@ -103,7 +110,7 @@ def _oracle(engine, prompt, reference, rule_name, seed=0):
     return OracleDrafter(prompt + reference, engine.runner.vocab_size, make_rule(seed), spacing=spacing)
 
 
-GRID = list(itertools.product(TARGETS, BUDGETS, TOPKS, RULES, PROMPTS))
+GRID = list(itertools.product(TARGETS, BUDGETS, TOPKS, RULES, PROMPTS)) + QWEN35_SUBSET
 
 
 @pytest.mark.parametrize(
@@ -162,7 +169,7 @@ def test_dflash_matches_ar_at_t0(engines, references, arch, rule_name, prompt_na
         assert [s.accepted_drafts for s in check.result.steps] == depths  # every block whole
 
 
-REAL_DRAFTER = list(itertools.product(TARGETS, BUDGETS, TOPKS))
+REAL_DRAFTER = list(itertools.product(TARGETS, BUDGETS, TOPKS)) + [(("qwen3.5", "safe"), 15, 8)]
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,8 @@ def serve(*args):
         (["--port", "70000"], "--port"),
         (["--hybrid-mode", "unsafe"], "allow-hybrid-unsafe"),
         (["--algorithm", "beam"], "--algorithm"),
+        (["--max-queue", "-1"], "--max-queue"),
+        (["--request-timeout", "-5"], "--request-timeout"),
     ],
 )
 def test_bad_options_exit_2(qwen3_pair, args, needle):

@@ -332,7 +332,7 @@ def test_concurrent_requests_are_serialised_and_each_gets_its_own_tokens(client)
         ({"prompt": [1, 999999], "max_tokens": 2}, "prompt", "token ids must be in"),
         ({"prompt": ["a", "b"], "max_tokens": 2}, "prompt", "batched prompts"),
         ({"prompt": "hi", "n": 2}, "n", "n must be 1"),
-        ({"max_tokens": 2}, None, "prompt: Field required"),
+        ({"max_tokens": 2}, "prompt", "prompt: Field required"),
     ],
 )
 def test_bad_completion_params_are_400_with_an_openai_error(client, body, param, needle):

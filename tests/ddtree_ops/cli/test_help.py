@@ -14,7 +14,7 @@ import pytest
 
 from ddtree_ops.cli import cli
 
-FLOW = ["init", "lab", "doctor", "provision", "deploy", "healthcheck", "compare", "rollback", "undeploy"]
+FLOW = ["init", "lab", "doctor", "provision", "deploy", "healthcheck", "compare", "sweep", "rollback", "undeploy"]
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "hosts"
 
 

@@ -7,7 +7,7 @@ import sys
 
 from ddtree_ops.cli import cli
 
-COMMANDS = {"init", "lab", "provision", "deploy", "rollback", "undeploy", "healthcheck", "compare", "doctor"}
+COMMANDS = {"init", "lab", "provision", "deploy", "rollback", "undeploy", "healthcheck", "compare", "sweep", "doctor"}
 
 
 def test_every_command_is_registered():

@@ -55,8 +55,9 @@ def cli() -> None:
 )
 @click.argument("out", type=click.Path(file_okay=False))
 @click.option(
-    "--arch", type=click.Choice(["qwen3", "qwen3-next"]), default="qwen3", show_default=True,
-    help="qwen3: attention only; qwen3-next: hybrid (Gated-DeltaNet and attention layers).",
+    "--arch", type=click.Choice(["qwen3", "qwen3-next", "qwen3.5"]), default="qwen3", show_default=True,
+    help="qwen3: attention only; qwen3-next: hybrid (Gated-DeltaNet and attention layers); "
+    "qwen3.5: the same hybrid as dense Qwen3.5 (qwen3_5_text), the layout SGLang loads.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random weights.")
 @click.option(

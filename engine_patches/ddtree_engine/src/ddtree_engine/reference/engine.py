@@ -71,6 +71,7 @@ class ReferenceEngine:
             "speculative_ddtree_hybrid_mode": spec.hybrid_mode,
             "speculative_num_draft_tokens": self.block_size if spec.algorithm != "ar" else None,
             "model_path": self.model_path,
+            "context_length": getattr(self.runner.config, "max_position_embeddings", None),
             "draft_model_path": self.draft_path,
             "hybrid_target": self.runner.is_hybrid,
             "device": str(self.runner.device),

@@ -21,7 +21,7 @@ from ..kernels.gdn_tree import gated_delta_tree, tree_causal_conv
 from ..kernels.tree_mask import ancestor_mask
 from .rotary import apply_rotary
 
-SUPPORTED_MODEL_TYPES = ("qwen3", "qwen3_next")
+SUPPORTED_MODEL_TYPES = ("qwen3", "qwen3_next", "qwen3_5_text")
 
 
 @dataclass
@@ -58,7 +58,7 @@ class ForwardOutput:
 
 
 class TargetRunner:
-    """Wraps a loaded `*ForCausalLM` (Qwen3 or Qwen3-Next family) for tree verification."""
+    """Wraps a loaded `*ForCausalLM` (Qwen3, Qwen3-Next or dense Qwen3.5 family) for tree verification."""
 
     def __init__(self, model: torch.nn.Module):
         config = model.config
@@ -194,11 +194,7 @@ class TargetRunner:
 
     def _gated_delta_net(self, gdn, x, layer_cache: LayerCache, parents, window_index, linear):
         t = x.shape[1]
-        qkvz = gdn.in_proj_qkvz(x)
-        ba = gdn.in_proj_ba(x)
-        query, key, value, z, b, a = gdn.fix_query_key_value_ordering(qkvz, ba)
-        query, key, value = (y.reshape(1, t, -1) for y in (query, key, value))
-        conv_input = torch.cat((query, key, value), dim=-1)[0]  # [T, C]
+        conv_input, z, b, a = _gdn_projections(gdn, x)
         mixed = tree_causal_conv(
             conv_input, layer_cache.window, gdn.conv1d.weight.squeeze(1), gdn.conv1d.bias, window_index
         )
@@ -241,6 +237,29 @@ class TargetRunner:
                 state_node = 0 if output.linear else committed_state_node(path)
                 layer_cache.state = pend.states[state_node].clone()
         cache.length += len(path)
+
+
+def _gdn_projections(gdn, x: torch.Tensor):
+    """A Gated-DeltaNet layer's input projections, in either checkpoint layout.
+
+    Qwen3-Next packs q, k, v, z (and b, a) per key-head group in `in_proj_qkvz` / `in_proj_ba`;
+    Qwen3.5 keeps them flat in `in_proj_qkv`, `in_proj_z`, `in_proj_b`, `in_proj_a`. Both give
+    the conv input in the order [all q | all k | all v], so the rest of the layer is shared.
+
+    Args:
+        gdn: the layer's `linear_attn` module.
+        x: [1, T, hidden].
+
+    Returns:
+        conv_input [T, C], z [1, T, Hv, Dv], b and a [1, T, Hv].
+    """
+    t = x.shape[1]
+    if hasattr(gdn, "in_proj_qkvz"):
+        query, key, value, z, b, a = gdn.fix_query_key_value_ordering(gdn.in_proj_qkvz(x), gdn.in_proj_ba(x))
+        query, key, value = (y.reshape(1, t, -1) for y in (query, key, value))
+        return torch.cat((query, key, value), dim=-1)[0], z, b, a
+    z = gdn.in_proj_z(x).reshape(1, t, -1, gdn.head_v_dim)
+    return gdn.in_proj_qkv(x)[0], z, gdn.in_proj_b(x), gdn.in_proj_a(x)
 
 
 def committed_state_node(path: list[int]) -> int:

@@ -11,13 +11,32 @@ from ..errors import BadInputError
 from .dflash import DFlashDraftModel
 from .tokenizer import MASK, save_byte_tokenizer
 
-ARCHES = ("qwen3", "qwen3-next")
+ARCHES = ("qwen3", "qwen3-next", "qwen3.5")
 # Qwen3-Next's 3:1 pattern of Gated-DeltaNet and attention layers.
 HYBRID_LAYER_TYPES = ["linear_attention", "linear_attention", "linear_attention", "full_attention"]
+# Qwen3.5 (dense, `qwen3_5_text`) has the same 3:1 pattern, but SGLang builds its layers from
+# `full_attention_interval` alone (layer i is attention iff (i + 1) % interval == 0) and ignores
+# `layer_types`: the two must agree, so both are derived from this one number.
+QWEN35_FULL_ATTENTION_INTERVAL = 4
+
+
+def interval_layer_types(num_layers: int, interval: int) -> list[str]:
+    """The layer pattern SGLang's Qwen3.5 config derives from `full_attention_interval`.
+
+    Args:
+        num_layers: decoder layers.
+        interval: every `interval`-th layer (1-based) is full attention, the others Gated-DeltaNet.
+
+    Returns:
+        `layer_types` for a Hugging Face config, e.g. 4 layers, interval 4: 3 linear then 1 full.
+    """
+    if interval < 1:
+        raise BadInputError(f"full_attention_interval must be >= 1, got {interval}")
+    return ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(num_layers)]
 
 
 def target_config(arch: str, vocab_size: int, hidden_size: int = 64, num_layers: int = 4, **overrides):
-    from transformers import Qwen3Config, Qwen3NextConfig
+    from transformers import Qwen3_5TextConfig, Qwen3Config, Qwen3NextConfig
 
     common = dict(
         vocab_size=vocab_size,
@@ -36,9 +55,12 @@ def target_config(arch: str, vocab_size: int, hidden_size: int = 64, num_layers:
     common.update(overrides)
     if arch == "qwen3":
         return Qwen3Config(**{k: v for k, v in common.items() if not k.startswith("linear_")})
-    if arch == "qwen3-next":
-        layer_types = (HYBRID_LAYER_TYPES * num_layers)[:num_layers]
-        layer_types[-1] = "full_attention"
+    if arch in ("qwen3-next", "qwen3.5"):
+        if arch == "qwen3.5":
+            layer_types = interval_layer_types(num_layers, QWEN35_FULL_ATTENTION_INTERVAL)
+        else:
+            layer_types = (HYBRID_LAYER_TYPES * num_layers)[:num_layers]
+            layer_types[-1] = "full_attention"
         hybrid = dict(
             layer_types=layer_types,
             linear_num_key_heads=2,
@@ -50,6 +72,10 @@ def target_config(arch: str, vocab_size: int, hidden_size: int = 64, num_layers:
             mlp_only_layers=[],
         )
         hybrid.update({k: common.pop(k) for k in list(common) if k in hybrid})
+        if arch == "qwen3.5":
+            for moe_only in ("num_experts", "mlp_only_layers"):  # Qwen3.5 dense has no MoE fields
+                hybrid.pop(moe_only)
+            return Qwen3_5TextConfig(**common, **hybrid, full_attention_interval=QWEN35_FULL_ATTENTION_INTERVAL)
         return Qwen3NextConfig(**common, **hybrid)
     raise BadInputError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHES)}")
 

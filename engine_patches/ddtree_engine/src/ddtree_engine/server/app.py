@@ -1,46 +1,68 @@
 """OpenAI-compatible HTTP server over any `types.Engine` (batch size 1).
 
 The engine loads and warms up in a background thread so the port answers `/health` with 503 at
-once; generation runs in worker threads behind one lock because the engine is not thread-safe.
+once. Requests are checked field by field (requests.py) before they queue; admission.py lets one
+generate at a time in a worker thread, bounds the queue (429 beyond it), times requests out
+(504) and frees the engine when a client goes away.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import logging
 import os
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from prometheus_client.exposition import choose_encoder
-from pydantic import BaseModel, ConfigDict
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..types import Engine, GenerationResult, SamplingParams, TokenCallback, Tokenizer, missing_engine_members
-from .metrics import ServerMetrics, metrics_registry
+from ..types import Engine, GenerationResult, SamplingParams, TokenCallback, missing_engine_members
+from .admission import Admission, ClientGone
+from .metrics import InFlight, LoadCollector, LoadCounters, ServerMetrics, metrics_registry
+from .requests import (
+    DEFAULT_CHAT_MAX_TOKENS,
+    DEFAULT_COMPLETION_MAX_TOKENS,
+    ApiError,
+    ChatCompletionRequest,
+    CompletionRequest,
+    PreparedRequest,
+    chat_prompt_ids,
+    check_chat_extras,
+    check_completion_extras,
+    completion_prompt_ids,
+    error_body,
+    prepare,
+    validation_param,
+)
+from .streaming import JobStreamingResponse, ddtree_stats, finish_reason, stream_events, usage
 from .text import CompletionText
 
 logger = logging.getLogger("ddtree_engine.server")
 
 WARMUP_PROMPT = "The quick brown fox"
 WARMUP_TOKENS = 4
-DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
-DEFAULT_CHAT_MAX_TOKENS = 256
+DEFAULT_MAX_QUEUE = 64  # waiting requests; 48 concurrent clients were measured served (issue 14)
+DEFAULT_REQUEST_TIMEOUT_S = 600.0
+CLIENT_CLOSED_REQUEST = 499  # nginx's status for a request whose client went away; nobody reads it
 
 
 @dataclass
 class ServerSettings:
-    """What the server needs beyond the engine. `on_load_failure` lets `serve` stop uvicorn."""
+    """What the server needs beyond the engine. `on_load_failure` lets `serve` stop uvicorn.
+
+    `max_queue` requests may wait while one generates (more get 429); `request_timeout_s`
+    bounds a request from arrival to its last token (None: no bound; past it, 504).
+    """
 
     host: str = "127.0.0.1"
     port: int = 30000
@@ -49,6 +71,8 @@ class ServerSettings:
     metrics_log_interval: int = 32
     warmup_delay_s: float = 0.0
     on_load_failure: Callable[[BaseException], None] | None = None
+    max_queue: int = DEFAULT_MAX_QUEUE
+    request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S
 
 
 def served_model_name_for(target: str) -> str:
@@ -58,23 +82,8 @@ def served_model_name_for(target: str) -> str:
     return os.path.basename(os.path.normpath(target)) or "lab"
 
 
-class ApiError(Exception):
-    """An error answered with an OpenAI-style body."""
-
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.param = param
-        self.code = code
-
-
-def _error_body(message: str, kind: str, param: str | None = None, code: str | None = None) -> dict:
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
-
-
 class ServingRuntime:
-    """The engine, its warm-up state, the request lock and the metrics."""
+    """The engine, its warm-up state, the admission gate and the metrics."""
 
     def __init__(self, engine_or_factory: Engine | Callable[[], Engine], settings: ServerSettings) -> None:
         self.settings = settings
@@ -93,7 +102,13 @@ class ServingRuntime:
         self.load_exception: BaseException | None = None
         self.warm = threading.Event()
         self.metrics = ServerMetrics(budget=0, log_interval=settings.metrics_log_interval)
-        self.metrics_registry = metrics_registry(lambda: self.metrics.snapshot(), settings.served_model_name)
+        self.in_flight = InFlight()
+        self.load = LoadCounters(settings.max_queue)
+        self.admission = Admission(settings.max_queue, settings.request_timeout_s, self.in_flight, self.load)
+        self.metrics_registry = metrics_registry(
+            lambda: self.metrics.snapshot(), settings.served_model_name, self.in_flight
+        )
+        self.metrics_registry.register(LoadCollector(self.load, settings.served_model_name))
         self._lock = threading.Lock()
 
     def start(self) -> threading.Thread:
@@ -114,8 +129,7 @@ class ServingRuntime:
             if self.settings.warmup_delay_s > 0:
                 time.sleep(self.settings.warmup_delay_s)
             prompt_ids = list(engine.tokenizer.encode(WARMUP_PROMPT, add_special_tokens=False))
-            with self._lock:
-                engine.generate(prompt_ids, SamplingParams(max_new_tokens=WARMUP_TOKENS, temperature=0.0))
+            self._warm_up(engine.generate, prompt_ids, SamplingParams(max_new_tokens=WARMUP_TOKENS, temperature=0.0))
             self.engine, self.info = engine, info
             self.metrics.budget = int(info.get("speculative_ddtree_budget") or 0)
             self.warm.set()
@@ -127,156 +141,39 @@ class ServingRuntime:
             if self.settings.on_load_failure is not None:
                 self.settings.on_load_failure(exc)
 
+    def _warm_up(self, generate: Callable[..., GenerationResult], *args: Any) -> None:
+        # The warm-up shows in the in-flight gauges as running (requests are counted by admission).
+        self.in_flight.enqueue()
+        self.in_flight.start()
+        try:
+            with self._lock:
+                generate(*args)
+        finally:
+            self.in_flight.finish(started=True)
+
     def generate(
         self,
         prompt_ids: list[int],
         params: SamplingParams,
         on_tokens: TokenCallback | None = None,
     ) -> GenerationResult:
-        """Run one request (blocking; call from a worker thread) and record its metrics."""
-        with self._lock:
-            result = self.engine.generate(prompt_ids, params, on_tokens=on_tokens)
+        """Run one admitted request (blocking; call from a worker thread) and record its metrics.
+
+        Raises:
+            ApiError: 400 for the engine's own input checks (a ValueError).
+        """
+        try:
+            with self._lock:
+                result = self.engine.generate(prompt_ids, params, on_tokens=on_tokens)
+        except ValueError as exc:  # e.g. BadInputError: a request the fields' checks let through
+            raise ApiError(400, str(exc)) from exc
         self.metrics.record(result)
         return result
 
 
-# ---- request bodies -------------------------------------------------------------------------
-
-
-class _OpenAIRequest(BaseModel):
-    # Clients send many fields this server ignores (top_p, logprobs, user, ...).
-    model_config = ConfigDict(extra="allow")
-
-    model: str | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None  # None (or absent) means OpenAI's default, 1.0
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    stream: bool | None = False
-    stream_options: dict[str, Any] | None = None
-    n: int | None = 1
-
-
-class CompletionRequest(_OpenAIRequest):
-    prompt: str | list[int] | list[str] | list[list[int]]
-
-
-class ChatCompletionRequest(_OpenAIRequest):
-    messages: list[dict[str, Any]]
-    max_completion_tokens: int | None = None
-
-
-@dataclass
-class PreparedRequest:
-    prompt_ids: list[int]
-    params: SamplingParams
-    stop_strings: tuple[str, ...]
-    stream: bool
-    include_usage: bool
-
-
-def _prompt_ids_for_completion(req: CompletionRequest, tokenizer: Tokenizer, vocab_size: int) -> list[int]:
-    prompt: Any = req.prompt
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
-        if len(prompt) != 1:
-            raise ApiError(
-                400, f"batched prompts are not supported (got {len(prompt)}); send one prompt per request", "prompt"
-            )
-        prompt = prompt[0]
-    if isinstance(prompt, str):
-        ids = list(tokenizer.encode(prompt, add_special_tokens=False)) if prompt else []
-    else:
-        ids = list(prompt)
-        bad = [t for t in ids if not 0 <= t < vocab_size]
-        if bad:
-            raise ApiError(400, f"prompt token ids must be in [0, {vocab_size}), got {bad[:5]}", "prompt")
-    if not ids:
-        raise ApiError(400, "prompt is empty: send a non-empty string or list of token ids", "prompt")
-    return ids
-
-
-def _message_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # OpenAI content parts: keep the text parts
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
-    return "" if content is None else str(content)
-
-
-def _prompt_ids_for_chat(req: ChatCompletionRequest, engine: Engine) -> list[int]:
-    if not req.messages:
-        raise ApiError(400, "messages is empty: send at least one message", "messages")
-    messages = []
-    for i, m in enumerate(req.messages):
-        if "role" not in m:
-            raise ApiError(400, f"messages[{i}] has no 'role'", "messages")
-        messages.append({"role": m["role"], "content": _message_text(m.get("content"))})
-    ids = engine.chat_prompt_ids(messages)
-    if not ids:
-        raise ApiError(400, "the chat template produced an empty prompt", "messages")
-    return ids
-
-
-def _prepare(
-    req: _OpenAIRequest, prompt_ids: list[int], max_tokens: int | None, default_max: int, tokenizer: Tokenizer
-) -> PreparedRequest:
-    if max_tokens is None:
-        max_tokens = default_max
-    if max_tokens < 1:
-        raise ApiError(400, f"max_tokens must be >= 1, got {max_tokens}", "max_tokens")
-    temperature = 1.0 if req.temperature is None else req.temperature
-    if temperature < 0:
-        raise ApiError(400, f"temperature must be >= 0, got {temperature}", "temperature")
-    if req.n not in (None, 1):
-        raise ApiError(400, f"n must be 1 (this server runs batch size 1), got {req.n}", "n")
-    stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
-    stop_ids: list[int] = []
-    eos = getattr(tokenizer, "eos_token_id", None)
-    if eos is not None:
-        stop_ids.append(int(eos))
-    for s in stops:
-        if not s:
-            raise ApiError(400, "stop strings must be non-empty", "stop")
-        ids = tokenizer.encode(s, add_special_tokens=False)
-        if len(ids) == 1:  # stops generation at once; longer stops only cut the text
-            stop_ids.append(int(ids[0]))
-    params = SamplingParams(
-        max_new_tokens=max_tokens,
-        temperature=float(temperature),
-        seed=req.seed,
-        stop_token_ids=tuple(dict.fromkeys(stop_ids)),
-    )
-    include_usage = bool((req.stream_options or {}).get("include_usage"))
-    return PreparedRequest(prompt_ids, params, tuple(stops), bool(req.stream), include_usage)
-
-
-def _usage(result: GenerationResult) -> dict[str, int]:
-    completion = len(result.token_ids)
-    return {
-        "prompt_tokens": result.prompt_tokens,
-        "completion_tokens": completion,
-        "total_tokens": result.prompt_tokens + completion,
-    }
-
-
-def _ddtree_stats(result: GenerationResult) -> dict[str, Any]:
-    """Non-standard per-request speculation stats (the compare tool reads them)."""
-    return {
-        "verify_steps": result.verify_steps,
-        "accepted_per_step": result.accepted_per_step,
-        "accepted_drafts_per_step": [s.accepted_drafts for s in result.steps],
-        "tree_nodes_per_step": [s.tree_nodes for s in result.steps],
-        "completion_token_ids": list(result.token_ids),
-    }
-
-
-def _finish_reason(result: GenerationResult, text: CompletionText) -> str:
-    return "stop" if text.stopped else result.finish_reason
-
-
-def _sse(payload: dict | str) -> str:
-    data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
-    return f"data: {data}\n\n"
+def _context_length(info: dict[str, Any]) -> int | None:
+    value = info.get("context_length")
+    return value if isinstance(value, int) and value > 0 else None
 
 
 # ---- the app --------------------------------------------------------------------------------
@@ -288,7 +185,8 @@ def create_app(engine_or_factory: Engine | Callable[[], Engine], settings: Serve
     Args:
         engine_or_factory: a loaded `types.Engine`, or a no-argument callable that loads one; it
             is called in a background thread at startup.
-        settings: host/port (reported only), model name, API key, metrics log interval.
+        settings: host/port (reported only), model name, API key, metrics log interval, queue
+            limit and request timeout.
 
     Returns:
         The app; `app.state.runtime` is its ServingRuntime (engine, warm flag, load error, metrics).
@@ -306,28 +204,34 @@ def create_app(engine_or_factory: Engine | Callable[[], Engine], settings: Serve
 
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
-        kinds = {
-            400: "invalid_request_error",
-            401: "invalid_request_error",
-            404: "invalid_request_error",
-            503: "service_unavailable",
-        }
-        return JSONResponse(
-            _error_body(exc.message, kinds.get(exc.status, "server_error"), exc.param, exc.code),
-            status_code=exc.status,
-        )
+        body = error_body(exc.status, exc.message, exc.param, exc.code)
+        return JSONResponse(body, status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(ClientGone)
+    async def _client_gone(_request: Request, _exc: ClientGone) -> Response:
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # Unknown paths, wrong methods, bodies FastAPI cannot parse: the same body shape as the rest.
+        message = str(exc.detail)
+        if exc.status_code == 400:  # FastAPI's "There was an error parsing the body" (not UTF-8, too deep)
+            message += ": send one JSON object, UTF-8 encoded, with Content-Type: application/json"
+        return JSONResponse(error_body(exc.status_code, message), status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(Exception)
     async def _unexpected_error(_request: Request, exc: Exception) -> JSONResponse:
         logger.error("request failed: %s: %s", type(exc).__name__, exc, exc_info=exc)
-        return JSONResponse(_error_body(f"{type(exc).__name__}: {exc}", "server_error"), status_code=500)
+        return JSONResponse(error_body(500, f"{type(exc).__name__}: {exc}"), status_code=500)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in e.get('loc', ())[1:]) or 'body'}: {e.get('msg')}" for e in exc.errors()
+            f"{'.'.join(str(p) for p in e.get('loc', ())[1:]) or 'body'}: {e.get('msg')}" for e in errors
         )
-        return JSONResponse(_error_body(f"invalid request: {problems}", "invalid_request_error"), status_code=400)
+        param = validation_param(tuple(errors[0].get("loc", ()))) if errors else None
+        return JSONResponse(error_body(400, f"invalid request: {problems}", param), status_code=400)
 
     def require_ready(request: Request) -> Engine:
         if settings.api_key is not None:
@@ -374,6 +278,8 @@ def create_app(engine_or_factory: Engine | Callable[[], Engine], settings: Serve
             "host": settings.host,
             "port": settings.port,
             "metrics_log_interval": settings.metrics_log_interval,
+            "max_queue": settings.max_queue,
+            "request_timeout_s": settings.request_timeout_s,
             "warm": runtime.warm.is_set(),
             "load_error": runtime.load_error,
         }
@@ -399,6 +305,7 @@ def create_app(engine_or_factory: Engine | Callable[[], Engine], settings: Serve
                     "created": 0,
                     "owned_by": "ddtree-engine",
                     "root": runtime.info.get("model_path"),
+                    "max_model_len": _context_length(runtime.info),
                 }
             ],
         }
@@ -407,47 +314,54 @@ def create_app(engine_or_factory: Engine | Callable[[], Engine], settings: Serve
     async def completions(req: CompletionRequest, request: Request):
         engine = require_ready(request)
         require_served_model(req.model)
-        prompt_ids = _prompt_ids_for_completion(req, engine.tokenizer, _vocab_size(engine))
-        prepared = _prepare(req, prompt_ids, req.max_tokens, DEFAULT_COMPLETION_MAX_TOKENS, engine.tokenizer)
-        return await _respond(runtime, prepared, engine.tokenizer, "completion")
+        check_completion_extras(req)
+        prompt_ids = completion_prompt_ids(req, engine.tokenizer, len(engine.tokenizer))
+        prepared = prepare(
+            req, prompt_ids, req.max_tokens, DEFAULT_COMPLETION_MAX_TOKENS, engine.tokenizer,
+            _context_length(runtime.info), "prompt",
+        )
+        return await _respond(runtime, request, prepared, "completion")
 
     @app.post("/v1/chat/completions")
     async def chat_completions(req: ChatCompletionRequest, request: Request):
         engine = require_ready(request)
         require_served_model(req.model)
-        prompt_ids = _prompt_ids_for_chat(req, engine)
+        check_chat_extras(req)
+        prompt_ids = chat_prompt_ids(req, engine)
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-        prepared = _prepare(req, prompt_ids, max_tokens, DEFAULT_CHAT_MAX_TOKENS, engine.tokenizer)
-        return await _respond(runtime, prepared, engine.tokenizer, "chat")
+        prepared = prepare(
+            req, prompt_ids, max_tokens, DEFAULT_CHAT_MAX_TOKENS, engine.tokenizer,
+            _context_length(runtime.info), "messages",
+        )
+        return await _respond(runtime, request, prepared, "chat")
 
     return app
 
 
-def _vocab_size(engine: Engine) -> int:
-    return len(engine.tokenizer)
-
-
 async def _respond(
-    runtime: ServingRuntime, prepared: PreparedRequest, tokenizer: Tokenizer, kind: Literal["completion", "chat"]
+    runtime: ServingRuntime, request: Request, prepared: PreparedRequest, kind: Literal["completion", "chat"]
 ):
+    admission = runtime.admission
+    deadline = admission.deadline()
     model = runtime.settings.served_model_name
     request_id = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
     created = int(time.time())
     if prepared.stream:
-        return StreamingResponse(
-            _stream(runtime, prepared, tokenizer, kind, request_id, created, model),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache"},
-        )
-    text = CompletionText(tokenizer, prepared.stop_strings)
+        return await _stream(runtime, request, prepared, kind, request_id, created, model, deadline)
+
+    text = CompletionText(runtime.engine.tokenizer, prepared.stop_strings)
 
     def stop_at_stop_string(ids: list[int]) -> bool:
         # Stop generating as soon as a stop string is complete, not at max_tokens.
         text.add(ids)
         return text.stopped
 
-    result = await run_in_threadpool(_generate_or_400, runtime, prepared, stop_at_stop_string)
-    finish = _finish_reason(result, text)
+    # Before any byte of the answer: a full queue is a real 429, a queue timeout a real 504.
+    # Nothing awaits between acquire and run: the engine slot cannot be lost in between.
+    await admission.acquire(deadline, request.is_disconnected)
+    job = admission.run(runtime.generate, prepared.prompt_ids, prepared.params, stop_at_stop_string, deadline)
+    result = await admission.wait(job, request.is_disconnected)
+    finish = finish_reason(result, text)
     if kind == "chat":
         choice = {"index": 0, "message": {"role": "assistant", "content": text.text}, "finish_reason": finish}
     else:
@@ -458,29 +372,24 @@ async def _respond(
         "created": created,
         "model": model,
         "choices": [choice],
-        "usage": _usage(result),
-        "ddtree": _ddtree_stats(result),
+        "usage": usage(result),
+        "ddtree": ddtree_stats(result),
     }
-
-
-def _generate_or_400(runtime: ServingRuntime, prepared: PreparedRequest, on_tokens=None) -> GenerationResult:
-    try:
-        return runtime.generate(prepared.prompt_ids, prepared.params, on_tokens)
-    except ValueError as exc:  # the engine's own input checks (e.g. prompt longer than the context)
-        raise ApiError(400, str(exc)) from exc
 
 
 async def _stream(
     runtime: ServingRuntime,
+    request: Request,
     prepared: PreparedRequest,
-    tokenizer: Tokenizer,
     kind: Literal["completion", "chat"],
     request_id: str,
     created: int,
     model: str,
-) -> AsyncIterator[str]:
+    deadline: float | None,
+) -> JobStreamingResponse:
     loop = asyncio.get_running_loop()
     events: asyncio.Queue = asyncio.Queue()
+    tokenizer = runtime.engine.tokenizer
 
     def post(event: tuple) -> None:
         try:
@@ -488,95 +397,39 @@ async def _stream(
         except RuntimeError:  # the loop is gone: the client went away during shutdown
             pass
 
-    # Set when the client goes away: generation stops at the next verify step instead of
-    # holding the engine until max_tokens while later requests queue behind it.
-    cancelled = threading.Event()
     stop_detector = CompletionText(tokenizer, prepared.stop_strings)
 
     def on_tokens(ids: list[int]) -> bool:
         post(("tokens", list(ids)))
         stop_detector.add(ids)
-        return stop_detector.stopped or cancelled.is_set()
+        return stop_detector.stopped
 
-    def work() -> None:
-        try:
-            result = _generate_or_400(runtime, prepared, on_tokens)
-            post(("done", result))
-        except BaseException as exc:  # noqa: BLE001 - reported to the client as an error event
-            post(("error", exc))
+    def on_done(future) -> None:
+        exc = future.exception()
+        post(("error", exc) if exc is not None else ("done", future.result()))
 
-    threading.Thread(target=work, name="ddtree-generate", daemon=True).start()
-    try:
-        async for event in _stream_events(events, tokenizer, prepared, kind, request_id, created, model):
+    # Queued before the 200 goes out, as for a plain request; nothing awaits between acquire and run.
+    await runtime.admission.acquire(deadline, request.is_disconnected)
+    job = runtime.admission.run(runtime.generate, prepared.prompt_ids, prepared.params, on_tokens, deadline)
+    job.future.add_done_callback(on_done)
+    ended: list[bool] = []
+
+    async def body():
+        async for event in stream_events(
+            events, job, tokenizer, prepared, kind, request_id, created, model, runtime.settings.request_timeout_s
+        ):
             yield event
-    finally:
-        cancelled.set()
+        ended.append(True)
 
+    def on_close() -> None:
+        # Finished, timed out, or its client went away: the engine stops at its next verify
+        # step either way (a no-op once it has returned), and the metrics say which it was.
+        if job.timed_out:
+            runtime.load.add("timeouts")
+        elif not ended:
+            runtime.load.add("disconnects")
+        job.stop()
 
-async def _stream_events(
-    events: asyncio.Queue,
-    tokenizer: Tokenizer,
-    prepared: PreparedRequest,
-    kind: Literal["completion", "chat"],
-    request_id: str,
-    created: int,
-    model: str,
-) -> AsyncIterator[str]:
-
-    obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
-
-    def chunk(delta_text: str | None, finish: str | None, first: bool = False) -> dict:
-        if kind == "chat":
-            delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
-            if delta_text:
-                delta["content"] = delta_text
-            choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
-        else:
-            choice = {"index": 0, "text": delta_text or "", "logprobs": None, "finish_reason": finish}
-        return {"id": request_id, "object": obj, "created": created, "model": model, "choices": [choice]}
-
-    if kind == "chat":
-        yield _sse(chunk(None, None, first=True))
-    text = CompletionText(tokenizer, prepared.stop_strings)
-    while True:
-        event, value = await events.get()
-        if event == "tokens":
-            delta = text.add(value)
-            if delta:
-                yield _sse(chunk(delta, None))
-        elif event == "error":
-            status = value.status if isinstance(value, ApiError) else 500
-            message = (
-                value.message if isinstance(value, ApiError) else f"generation failed: {type(value).__name__}: {value}"
-            )
-            yield _sse(
-                {
-                    "error": {
-                        "message": message,
-                        "type": "invalid_request_error" if status == 400 else "server_error",
-                        "param": None,
-                        "code": status,
-                    }
-                }
-            )
-            break
-        else:
-            result: GenerationResult = value
-            rest = text.finish()
-            if rest:
-                yield _sse(chunk(rest, None))
-            yield _sse(chunk(None, _finish_reason(result, text)))
-            if prepared.include_usage:
-                yield _sse(
-                    {
-                        "id": request_id,
-                        "object": obj,
-                        "created": created,
-                        "model": model,
-                        "choices": [],
-                        "usage": _usage(result),
-                        "ddtree": _ddtree_stats(result),
-                    }
-                )
-            break
-    yield _sse("[DONE]")
+    return JobStreamingResponse(
+        body(), on_close, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+    )

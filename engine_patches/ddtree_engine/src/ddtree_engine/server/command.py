@@ -11,7 +11,7 @@ import click
 
 from ..cli_options import help_epilog, lab_pair_note, spec_from_options, spec_options
 from ..types import Engine
-from .app import ServerSettings, create_app, served_model_name_for
+from .app import DEFAULT_MAX_QUEUE, DEFAULT_REQUEST_TIMEOUT_S, ServerSettings, create_app, served_model_name_for
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
@@ -113,6 +113,20 @@ def _listening_server(config, announce: str):
     help="Verify steps per 'DDTREE metrics:' line on stderr.",
 )
 @click.option(
+    "--max-queue",
+    type=click.IntRange(min=0),
+    default=DEFAULT_MAX_QUEUE,
+    show_default=True,
+    help="Requests that may wait while one generates; more are answered 429 with Retry-After.",
+)
+@click.option(
+    "--request-timeout",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_REQUEST_TIMEOUT_S,
+    show_default=True,
+    help="Seconds a request may take from arrival (queue wait included) to its last token; past it, 504. 0: none.",
+)
+@click.option(
     "--log-level", type=click.Choice(LOG_LEVELS), default="info", show_default=True,
     help="Level of the server's and uvicorn's log on stderr (debug adds the access log).",
 )
@@ -139,6 +153,8 @@ def serve(
     served_model_name: str | None,
     api_key: str | None,
     metrics_log_interval: int,
+    max_queue: int,
+    request_timeout: float,
     log_level: str,
     warmup_delay: float,
 ) -> None:
@@ -146,7 +162,9 @@ def serve(
 
     Writes `serving on URL (model NAME)` to stderr once it listens; /health answers 503 until
     the model is loaded and warm. Requests naming another "model" than NAME (or the target
-    path) get 404; requests without one are served.
+    path) get 404; requests without one are served. One request generates at a time;
+    --max-queue more may wait (beyond them: 429 with Retry-After), each bounded by
+    --request-timeout (504); a client that disconnects stops its generation.
     """
     import uvicorn
 
@@ -181,6 +199,8 @@ def serve(
         metrics_log_interval=metrics_log_interval,
         warmup_delay_s=warmup_delay,
         on_load_failure=stop_on_load_failure,
+        max_queue=max_queue,
+        request_timeout_s=request_timeout or None,
     )
     app = create_app(load, settings)
     config = uvicorn.Config(app, log_level=log_level, access_log=log_level == "debug")

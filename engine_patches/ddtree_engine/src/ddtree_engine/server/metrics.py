@@ -122,18 +122,125 @@ class SnapshotCollector:
         yield gauge
 
 
-def metrics_registry(read_snapshot: Callable[[], MetricsSnapshot], model_name: str) -> CollectorRegistry:
+# SGLang's names for the requests a server holds right now: `ddtree-ops sweep` drains a service
+# (waits for both to read 0) before it restarts it, so a restart never cuts a request off.
+RUNNING_REQUESTS = "sglang:num_running_reqs"
+QUEUED_REQUESTS = "sglang:num_queue_reqs"
+
+
+class InFlight:
+    """Thread-safe gauges of the requests generating now and of those waiting for the engine."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.running = 0
+        self.queued = 0
+
+    def _add(self, running: int, queued: int) -> None:
+        with self._lock:
+            self.running += running
+            self.queued += queued
+
+    def enqueue(self) -> None:
+        self._add(0, 1)
+
+    def start(self) -> None:
+        """A queued request got the engine."""
+        self._add(1, -1)
+
+    def finish(self, started: bool) -> None:
+        """A request left: it ran (`started`) or gave up while queued."""
+        if started:
+            self._add(-1, 0)
+        else:
+            self._add(0, -1)
+
+    def read(self) -> tuple[int, int]:
+        with self._lock:
+            return self.running, self.queued
+
+
+class InFlightCollector:
+    """`sglang:num_running_reqs` and `sglang:num_queue_reqs` from one InFlight, read per scrape."""
+
+    def __init__(self, in_flight: InFlight, model_name: str) -> None:
+        self._in_flight = in_flight
+        self._labels = [model_name]
+
+    def collect(self) -> Iterator[Metric]:
+        running, queued = self._in_flight.read()
+        for name, value, help_text in (
+            (RUNNING_REQUESTS, running, "Requests generating now (the warm-up included)."),
+            (QUEUED_REQUESTS, queued, "Requests waiting for the engine."),
+        ):
+            gauge = GaugeMetricFamily(name, help_text, labels=["model_name"])
+            gauge.add_metric(self._labels, float(value))
+            yield gauge
+
+
+class LoadCounters:
+    """Thread-safe counts of the requests the server turned away or cut short, and its queue limit."""
+
+    FIELDS = ("rejected", "timeouts", "disconnects")
+
+    def __init__(self, max_queue: int) -> None:
+        self._lock = threading.Lock()
+        self.max_queue = max_queue
+        self._counts = dict.fromkeys(self.FIELDS, 0)
+
+    def add(self, field_name: str) -> None:
+        with self._lock:
+            self._counts[field_name] += 1
+
+    def read(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+
+_LOAD_COUNTERS = (
+    ("ddtree:requests_rejected_total", "rejected", "Requests refused with 429 because the queue was full."),
+    ("ddtree:request_timeouts_total", "timeouts", "Requests answered 504: queued or generating past the timeout."),
+    ("ddtree:client_disconnects_total", "disconnects", "Requests whose client went away before the answer."),
+)
+
+
+class LoadCollector:
+    """The LoadCounters as `ddtree:*_total` counters plus the `ddtree:max_queue` gauge, read per scrape."""
+
+    def __init__(self, counters: LoadCounters, model_name: str) -> None:
+        self._counters = counters
+        self._labels = [model_name]
+
+    def collect(self) -> Iterator[Metric]:
+        counts = self._counters.read()
+        for name, field_name, help_text in _LOAD_COUNTERS:
+            counter = CounterMetricFamily(name, help_text, labels=["model_name"])
+            counter.add_metric(self._labels, float(counts[field_name]))
+            yield counter
+        gauge = GaugeMetricFamily("ddtree:max_queue", "Requests allowed to wait for the engine (--max-queue).",
+                                  labels=["model_name"])
+        gauge.add_metric(self._labels, float(self._counters.max_queue))
+        yield gauge
+
+
+def metrics_registry(
+    read_snapshot: Callable[[], MetricsSnapshot], model_name: str, in_flight: InFlight | None = None
+) -> CollectorRegistry:
     """A registry of its own (not prometheus_client's global one: several apps share a test process).
 
     Args:
         read_snapshot: called once per scrape, e.g. `ServerMetrics.snapshot`.
         model_name: the `model_name` label on every series, as SGLang labels them.
+        in_flight: the server's request gauges (None: not exposed).
 
     Returns:
-        a CollectorRegistry holding one SnapshotCollector; pass it to `generate_latest`.
+        a CollectorRegistry holding one SnapshotCollector (and an InFlightCollector); pass it to
+        `generate_latest`.
     """
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(read_snapshot, model_name))
+    if in_flight is not None:
+        registry.register(InFlightCollector(in_flight, model_name))
     return registry
 
 

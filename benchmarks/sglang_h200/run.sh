@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# DDTREE in stock SGLang 0.5.23 on an H200, from the shared ~50 MiB bundle (shared/sglang-h200).
+# Each configuration runs in its own process (sglang.Engine, input_ids in, ids out, T = 0);
+# every DDTREE / DFLASH output is compared with the same pair's AR output.
+#   bash benchmarks/sglang_h200/run.sh BUNDLE_DIR OUT_DIR 'CONFIGS_JSON'
+# CONFIGS_JSON: [{"label": "lab ar", "pair": "lab"},
+#                {"label": "lab ddtree 15/8", "pair": "lab", "algo": "DDTREE",
+#                 "ddt": {"speculative_ddtree_budget": 15, "speculative_ddtree_topk": 8}}, ...]
+# pairs: lab (the shipped qwen3_5_text hybrid lab pair) and q3 (make-tiny-pair --arch qwen3).
+set -euo pipefail
+BUNDLE=${1:?bundle dir}; OUT=${2:?out dir}; CONFIGS=${3:?configs json}
+SITE=${SITE:-/tmp/site}
+HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
+if [ ! -f "$SITE/.ok" ]; then
+  bash "${INSTALL:-$REPO/../shared/sglang-h200/install-on-gpu.sh}" "$BUNDLE" "$SITE"
+  touch "$SITE/.ok"
+fi
+# The engine's entry point, as its wheel declares it (engine_patches/ddtree_engine/pyproject.toml).
+mkdir -p "$SITE/ddtree_engine_ep-0.0.dist-info"
+printf 'Metadata-Version: 2.1\nName: ddtree-engine-ep\nVersion: 0.0\n' > "$SITE/ddtree_engine_ep-0.0.dist-info/METADATA"
+printf '[sglang.srt.plugins]\nddtree = ddtree_engine.sglang_plugin:register\n' > "$SITE/ddtree_engine_ep-0.0.dist-info/entry_points.txt"
+export PYTHONPATH=$SITE:$REPO/engine_patches/ddtree_engine/src SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1
+M=/tmp/models; mkdir -p $M "$OUT"
+[ -d $M/q3 ] || python3 -m ddtree_engine.cli make-tiny-pair $M/q3 --arch qwen3 >/dev/null
+python3 -c 'import json; json.dump([{"name": f"t{i}", "prompt_ids": [(7 * i + j * 13) % 250 for j in range(5 + 3 * i)]} for i in range(4)], open("/tmp/models/q3_prompts.json", "w"))'
+rm -rf $M/lab && mkdir -p $M/lab
+cp -r "$REPO/engine_patches/ddtree_engine/src/ddtree_engine/lab_models/target" "$REPO/engine_patches/ddtree_engine/src/ddtree_engine/lab_models/draft" $M/lab/
+cp "$HERE/lab_prompts.json" $M/lab_prompts.json   # the compare prompts (builtin + 3 held-out), chat-templated
+python3 "$HERE/lossless.py" $M "$OUT/sglang_h200_lossless.json" "$CONFIGS"

@@ -1,0 +1,216 @@
+"""`--speculative-algorithm DDTREE` for SGLang: the spec class, its startup checks, its resolution.
+
+DDTREE rides SGLang's DFLASH machinery: `DDTreeSpecAlgo` answers `is_dflash()` and
+`is_dflash_family()` True, so the scheduler, model runner and KV pools treat it as DFLASH (aux
+hidden-state capture for the drafter, draft KV, `DFlashDraftInputV2`), and it borrows DFLASH's
+answers for the methods the default `CustomSpecAlgo` lacks. Only the worker differs
+(`worker.DDTreeWorker`, imported when SGLang creates it: torch and CUDA live there).
+
+Resolution (SGLang's `handle_speculative_decoding` step, for a registered algorithm):
+1. `validate_server_args` -> `check_ddtree_settings`: every flag problem at once, as one
+   ValueError that names the flag to change; it reaches the operator through SGLang's own
+   resolution error path (`ServerArgs.resolve_once` -> launcher exits).
+2. `DDTreeSpecAlgo.handle_server_args`: everything `_handle_dflash` declares (block size, topk 1,
+   one step, draft attention backend, max running requests), then the spine-depth check against
+   the block, then two declarations of its own:
+   - `speculative_num_draft_tokens = max(block_size, budget + 1)`: SGLang reserves this many KV
+     slots per request and step, and the tree's verify width is up to budget + 1;
+   - `speculative_eagle_topk = topk`: SGLang's hybrid GDN backend walks parent-indexed trees
+     (`retrieve_next_token/sibling`) only when topk > 1; at topk = 1 it verifies a chain.
+   Declarations are last-writer-wins, so the topk declared here overrides `_handle_dflash`'s 1.
+"""
+
+from __future__ import annotations
+
+from sglang.srt.arg_groups.arg_utils import is_record
+from sglang.srt.arg_groups.overrides import (
+    _ForeignDefaults,
+    attention_backends_of,
+    declare_resolution,
+    record_of,
+    resolving_view,
+)
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+from sglang.srt.speculative.spec_registry import CustomSpecAlgo
+
+from .flags import HYBRID_MODES, cli_flag
+
+ALGORITHM = "DDTREE"
+
+# Attention backends whose target-verify path applies an arbitrary per-request tree mask
+# (`spec_info.custom_mask`, ancestor-only) at page size 1. triton is the one run on the H200.
+TREE_MASK_ATTENTION_BACKENDS = ("triton",)
+# Named in the refusal so an operator sees why their usual backend is refused. Any other backend
+# is refused as not validated with a DDTREE tree mask.
+NO_TREE_MASK_ATTENTION_BACKENDS = {
+    "trtllm_mha": "it needs speculative topk 1 and page size > 1, i.e. a causal chain",
+    "fa3": "its topk > 1 verify reads EAGLE's tree layout, not validated with DDTREE's mask",
+    "flashinfer": "its custom-mask verify is not validated with DDTREE",
+}
+
+
+def _record_behind(server_args):
+    """The ServerArgs record behind SGLang's stand-in for a plugin callback.
+
+    `handle_speculative_decoding` hands a registered algorithm's `handle_server_args` a
+    `_ForeignDefaults` stand-in (it reads through the resolving view and records attribute
+    writes). `_handle_dflash` declares with `declare_resolution`, which must see the record itself
+    (SGLang's own dispatcher gets the record for that reason), so the stand-in is unwrapped.
+    """
+    if isinstance(server_args, _ForeignDefaults):
+        return record_of(object.__getattribute__(server_args, "_cfg"))
+    return server_args
+
+
+def check_ddtree_settings(server_args) -> None:
+    """Refuse DDTREE settings no SGLang 0.5.23 run supports, naming what to change.
+
+    Args:
+        server_args: the ServerArgs record, a resolving view of it, or SGLang's stand-in.
+
+    Raises:
+        ValueError: one message listing every problem found (budget, topk, spine depth against
+            the budget, hybrid mode, attention backend, page size, overlap schedule).
+    """
+    cfg = server_args if not is_record(server_args) else resolving_view(server_args)
+    problems = []
+    budget = cfg.speculative_ddtree_budget
+    topk = cfg.speculative_ddtree_topk
+    spine = cfg.speculative_ddtree_spine_depth
+    if budget < 1:
+        problems.append(
+            f"{cli_flag('speculative_ddtree_budget')} must be >= 1 (drafted tree nodes per "
+            f"verify step), got {budget}"
+        )
+    if topk < 1:
+        problems.append(
+            f"{cli_flag('speculative_ddtree_topk')} must be >= 1 (candidates per depth), got {topk}"
+        )
+    if spine < 0 or (budget >= 1 and spine > budget):
+        problems.append(
+            f"{cli_flag('speculative_ddtree_spine_depth')} must be between 0 and the budget "
+            f"({budget}): a spine of depth d uses d of the tree's nodes; got {spine}"
+        )
+    mode = cfg.speculative_ddtree_hybrid_mode
+    if mode not in HYBRID_MODES:
+        problems.append(
+            f"{cli_flag('speculative_ddtree_hybrid_mode')} must be one of {', '.join(HYBRID_MODES)}, "
+            f"got {mode!r}"
+        )
+    elif mode == "unsafe" and not cfg.speculative_ddtree_allow_hybrid_unsafe:
+        problems.append(
+            f"{cli_flag('speculative_ddtree_hybrid_mode')} unsafe reproduces sibling state leakage "
+            "and corrupts output on hybrid models: use safe (or spine), or add "
+            f"{cli_flag('speculative_ddtree_allow_hybrid_unsafe')} to run it for diagnosis"
+        )
+    prefill_backend, decode_backend = attention_backends_of(cfg)
+    named = [("prefill", prefill_backend), ("decode", decode_backend)]
+    if prefill_backend == decode_backend:
+        named = [("", prefill_backend)]
+    for which, backend in named:
+        if backend not in TREE_MASK_ATTENTION_BACKENDS:
+            why = NO_TREE_MASK_ATTENTION_BACKENDS.get(backend, "not validated with a DDTREE tree mask")
+            shown = "unset" if backend is None else repr(backend)
+            problems.append(
+                f"the {which + ' ' if which else ''}attention backend is {shown}: DDTREE verifies a tree through a custom "
+                f"ancestor mask, which {', '.join(TREE_MASK_ATTENTION_BACKENDS)} supports"
+                + ("" if backend is None else f" and {backend} does not ({why})")
+                + f"; set --{which + '-' if which else ''}attention-backend triton"
+            )
+    if cfg.page_size not in (None, 1):
+        problems.append(
+            f"--page-size is {cfg.page_size}: the tree's KV slots are kept or dropped one token at "
+            "a time; set --page-size 1"
+        )
+    if not cfg.disable_overlap_schedule:
+        problems.append(
+            "the overlap schedule is on: the DDTREE worker runs synchronously; add "
+            "--disable-overlap-schedule"
+        )
+    if problems:
+        raise ValueError(f"{ALGORITHM} cannot start with these settings:" + "".join(f"\n- {p}" for p in problems))
+
+
+def _ddtree_worker_class(server_args):
+    """SGLang's worker factory: import the worker only when a scheduler creates it."""
+    from .worker import DDTreeWorker
+
+    return DDTreeWorker
+
+
+class DDTreeSpecAlgo(CustomSpecAlgo):
+    """DDTREE as SGLang sees it: DFLASH's family and answers, DDTREE's worker and resolution."""
+
+    def is_dflash(self) -> bool:
+        return True
+
+    def is_dflash_family(self) -> bool:
+        return True
+
+    # DFLASH's own implementations, evaluated against this class's predicates (is_dflash_family
+    # True, is_eagle/is_standalone/is_ngram/is_none False), so they answer as they do for DFLASH.
+    # The first four are the ones the default CustomSpecAlgo lacks and the scheduler calls.
+    carries_draft_hidden_states = SpeculativeAlgorithm.carries_draft_hidden_states
+    create_future_map = SpeculativeAlgorithm.create_future_map
+    need_topk = SpeculativeAlgorithm.need_topk
+    get_platform_worker_cls = SpeculativeAlgorithm.get_platform_worker_cls
+    # The DFlash drafter runs its block as a TARGET_VERIFY forward (CUDA-graph capture asserts it).
+    supports_target_verify_for_draft = SpeculativeAlgorithm.supports_target_verify_for_draft
+    supports_prefill_shared_read_done = SpeculativeAlgorithm.supports_prefill_shared_read_done
+    has_draft_kv = SpeculativeAlgorithm.has_draft_kv
+    # Deliberately not DFLASH's: supports_mixed_chunk and supports_grammar_overlap stay False
+    # (CustomSpecAlgo's): the DDTREE step neither mixes prefill into verify nor advances a
+    # grammar FSM inside verify.
+
+    def handle_server_args(self, server_args) -> None:
+        """Resolve DDTREE's settings: DFLASH's, then the verify reserve and topk (module doc).
+
+        Args:
+            server_args: SGLang's stand-in for the record (or the record itself).
+
+        Raises:
+            ValueError: from `_handle_dflash` (e.g. no --speculative-draft-model-path), or a
+                spine depth past the drafter's block.
+        """
+        from sglang.srt.arg_groups.speculative_hook import _handle_dflash
+        from sglang.srt.speculative.ragged_verify import read_ragged_verify_mode
+
+        record = _record_behind(server_args)
+        # SGLang's built-in dispatcher validates this env for every algorithm; do the same.
+        read_ragged_verify_mode()
+        try:
+            _handle_dflash(record)
+        except ValueError as exc:
+            raise ValueError(f"{ALGORITHM} runs SGLang's DFLASH drafter and cannot start: {exc}") from exc
+        cfg = resolving_view(record)
+        block_size = int(cfg.speculative_num_draft_tokens)
+        depths = block_size - 1
+        spine = cfg.speculative_ddtree_spine_depth
+        if spine > depths:
+            raise ValueError(
+                f"{ALGORITHM} cannot start with these settings:\n- "
+                f"{cli_flag('speculative_ddtree_spine_depth')} {spine} is deeper than the tree: the "
+                f"drafter's block {block_size} drafts {depths} depths; use at most {depths}"
+            )
+        declare_resolution(
+            record,
+            "DDTreeSpecAlgo.handle_server_args",
+            speculative_num_draft_tokens=max(block_size, int(cfg.speculative_ddtree_budget) + 1),
+            speculative_eagle_topk=int(cfg.speculative_ddtree_topk),
+        )
+
+    def create_worker(self, server_args):
+        """The worker class, after the one check SGLang would otherwise word less helpfully."""
+        if not resolving_view(_record_behind(server_args)).disable_overlap_schedule:
+            raise ValueError(f"{ALGORITHM} does not support overlap scheduling: add --disable-overlap-schedule.")
+        return super().create_worker(server_args)
+
+
+def register_algorithm() -> None:
+    """Register DDTREE with SGLang's speculative registry (once: SGLang refuses a second)."""
+    SpeculativeAlgorithm.register(
+        ALGORITHM,
+        supports_overlap=False,
+        validate_server_args=check_ddtree_settings,
+        spec_class=DDTreeSpecAlgo,
+    )(_ddtree_worker_class)

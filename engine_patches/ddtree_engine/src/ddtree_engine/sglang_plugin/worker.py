@@ -1,0 +1,388 @@
+"""The DDTREE decode step inside SGLang 0.5.23, on top of its DFLASH worker.
+
+Prefill, idle batches and the drafter's KV stay DFLASH's (`DFlashWorkerV2`): this class only
+replaces the decode step. One step, per request:
+
+1. Draft: DFLASH's block (the bonus token, then mask tokens) through the drafter; its hidden
+   states at depths 1..L go through the target's LM head into draft logits [L, V].
+2. Tree: this project's TreeStep (top-K log-probs, best-first build of `budget` prefixes,
+   ancestor mask, first-child / next-sibling links) on the device.
+3. Verify: the target runs the W = nodes + 1 tree rows in TARGET_VERIFY mode with the tree as
+   its custom attention mask (the prefix fully visible) and, on hybrid models, with the
+   first-child / next-sibling links SGLang's GDN kernels use to take every node's conv window
+   and recurrent state from its parent (`speculative_eagle_topk` > 1 turns that path on).
+4. Walk: the target's argmax per node (T = 0) walks the tree: accepted nodes, bonus token.
+5. Commit: the request's req_to_token window is permuted so the accepted nodes' KV slots sit at
+   positions prefix .. prefix + commit_len - 1 (the slot set is unchanged, so the allocator's
+   reservation stays exact); the drafter's context KV is written from the accepted nodes'
+   target hidden states; the hybrid layers commit the last accepted node's intermediate state.
+
+Supported here: greedy requests, tp 1, no dp attention, page size 1, no grammar, no logprobs,
+plain DFlash drafters. `check_supported` refuses the rest at startup with what to change.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+import torch
+
+from sglang.kernels.ops.speculative.cache_locs import assign_extend_cache_locs_func
+from sglang.srt.lora.layers import unwrap_lora_layer
+from sglang.srt.managers.scheduler import GenerationBatchResult
+from sglang.srt.model_executor.forward_batch_info import (
+    CaptureHiddenMode,
+    ForwardBatch,
+    ForwardMode,
+    enable_num_token_non_padded,
+)
+from sglang.srt.runtime_context import get_parallel, get_spec, mamba_track_grid
+from sglang.srt.speculative.dflash_info import DFlashVerifyInput
+from sglang.srt.speculative.dflash_utils import parse_dflash_draft_config
+from sglang.srt.speculative.draft_worker_common import build_block_pos_offsets, make_draft_block_spec_info
+from sglang.srt.speculative.dflash_worker_v2 import (
+    DFlashWorkerV2,
+    _resolve_dflash_embedding_module,
+)
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+from ..kernels.tree_step import TreeStep
+from .commit import last_accepted_row, window_order
+from .tree_shape import max_tree_nodes
+
+logger = logging.getLogger(__name__)
+
+
+class DDTreeVerifyInput(DFlashVerifyInput):
+    """DFLASH's verify input plus the tree links SGLang's hybrid backend reads in TARGET_VERIFY.
+
+    `retrieve_next_token` / `retrieve_next_sibling` are [bs, W] int64 (first child / next
+    sibling per row, -1 for none), the EAGLE layout `hybrid_linear_attn_backend` and its
+    conv / gated-delta kernels take when `speculative_eagle_topk` > 1.
+    """
+
+    def __init__(self, *args, retrieve_next_token=None, retrieve_next_sibling=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.retrieve_next_token = retrieve_next_token
+        self.retrieve_next_sibling = retrieve_next_sibling
+
+
+class DDTreeWorker(DFlashWorkerV2):
+    """SGLang's speculative worker for `--speculative-algorithm DDTREE`."""
+
+    def __init__(self, server_args, gpu_id, nccl_port, target_worker):
+        super().__init__(server_args, gpu_id, nccl_port, target_worker)
+        # SGLang reserves max(block, W) KV slots per step (handle_server_args); the drafter keeps
+        # its own block: its attention is bidirectional within the block, so a wider block of
+        # mask tokens would change its proposals.
+        draft_config = parse_dflash_draft_config(draft_hf_config=self.draft_model_runner.model_config.hf_config)
+        self.block_size = int(draft_config.resolve_block_size(default=16))
+        self.draft_model.set_block_size(self.block_size)
+        self._block_pos_offsets = build_block_pos_offsets(length=self.block_size, device=self.device)
+        self._draft_block_spec_info = make_draft_block_spec_info(draft_token_num=self.block_size, device=self.device)
+        self._draft_block_ids_buf = None  # DFLASH's block buffers are sized on first use
+        self.depths = self.block_size - 1
+        self.budget = int(server_args.speculative_ddtree_budget)
+        self.topk = int(server_args.speculative_ddtree_topk)
+        self.spine_depth = int(getattr(server_args, "speculative_ddtree_spine_depth", 0) or 0)
+        self.hybrid_mode = getattr(server_args, "speculative_ddtree_hybrid_mode", "safe") or "safe"
+        # A tree never has more nodes than L levels of K candidates allow: verify exactly those.
+        self.nodes = min(self.budget, max_tree_nodes(self.depths, self.topk))
+        self.verify_width = self.nodes + 1
+        reserve = int(get_spec().speculative_num_draft_tokens)
+        if reserve < max(self.block_size, self.verify_width):
+            raise ValueError(
+                f"DDTREE needs {max(self.block_size, self.verify_width)} KV slots per step "
+                f"(block {self.block_size}, verify width {self.verify_width}) but SGLang reserves {reserve}: "
+                "set --speculative-num-draft-tokens to at least that, or leave it unset"
+            )
+        self.speculative_num_draft_tokens = self.verify_width
+        self.vocab_size = int(self.model_runner.model_config.vocab_size)
+        self._tree_steps: list[TreeStep] = []
+        self._stats = {"steps": 0, "nodes": 0, "accepted": 0, "commit": 0, "depth": 0, "bs": 0}
+        self.check_supported()
+        logger.info(
+            "DDTREE worker: block %d (depths %d), budget %d -> %d tree nodes (verify width %d), topk %d, "
+            "spine %d, hybrid mode %s, mamba commit %s",
+            self.block_size, self.depths, self.budget, self.nodes, self.verify_width, self.topk,
+            self.spine_depth, self.hybrid_mode, self._need_mamba_verify_commit,
+        )
+
+    def check_supported(self) -> None:
+        """Refuse, at startup, what this decode step does not implement."""
+        problems = []
+        if get_parallel().attn_dp_enabled:
+            problems.append("dp attention (drop --enable-dp-attention)")
+        if get_parallel().tp_size != 1:
+            problems.append("tensor parallelism (use --tp-size 1; one replica per GPU)")
+        if self.use_compact_draft_cache:
+            problems.append("a draft window (drop --speculative-draft-window-size)")
+        if self.selector is not None or self.lilicorr is not None or self._is_domino:
+            problems.append("selector / LiLiCorr / Domino drafters (use a plain DFlash drafter)")
+        if self.page_size != 1:
+            problems.append(f"page size {self.page_size} (use --page-size 1)")
+        if self.hybrid_mode != "safe" and self._need_mamba_verify_commit:
+            problems.append(
+                f"--speculative-ddtree-hybrid-mode {self.hybrid_mode} in SGLang (only safe: parent-indexed states; "
+                "spine and unsafe are implemented in the reference backend, ddtree-engine serve)"
+            )
+        if problems:
+            raise ValueError("DDTREE does not support " + "; ".join(problems))
+
+    # -- the step -------------------------------------------------------------------------
+
+    def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None):
+        if batch.forward_mode.is_extend() or batch.is_extend_in_batch or batch.forward_mode.is_idle():
+            return super().forward_batch_generation(
+                batch, on_publish=on_publish, grammar_barrier=grammar_barrier, pp_proxy_tensors=pp_proxy_tensors
+            )
+        if batch.has_grammar:
+            raise ValueError("DDTREE does not support grammar-constrained requests")
+        if batch.return_logprob:
+            raise ValueError("DDTREE does not support logprobs in speculative decoding")
+        return self._tree_decode(batch, on_publish)
+
+    def _tree_step(self, i: int) -> TreeStep:
+        while len(self._tree_steps) <= i:
+            self._tree_steps.append(
+                TreeStep(self.depths, self.vocab_size, self.nodes, self.topk, self.device, spine_depth=self.spine_depth)
+            )
+        return self._tree_steps[i]
+
+    def _draft_logits(self, batch, draft_input, bs: int, prefix_lens: torch.Tensor, seq_lens_cpu: torch.Tensor):
+        """Run the drafter on the block; return the draft logits [bs, L, V]."""
+        device, block = self.device, self.block_size
+        target_model = self.target_worker.model_runner.model
+        embed_module = unwrap_lora_layer(_resolve_dflash_embedding_module(self.draft_model, target_model))
+        lm_head = unwrap_lora_layer(getattr(target_model, "lm_head", None))
+        block_ids = torch.full((bs, block), int(self._mask_token_id), dtype=torch.long, device=device)
+        block_ids[:, 0].copy_(draft_input.bonus_tokens.view(-1))
+        offsets = torch.arange(block, dtype=torch.int64, device=device)
+        positions = (prefix_lens.to(torch.int64).unsqueeze(1) + offsets).reshape(-1)
+        req_to_token = self.model_runner.req_to_token_pool.req_to_token
+        draft_locs = assign_extend_cache_locs_func(
+            req_pool_indices=batch.req_pool_indices,
+            req_to_token=req_to_token,
+            start_offset=prefix_lens,
+            end_offset=prefix_lens + block,
+            batch_size=bs,
+            draft_token_num=block,
+            device=device,
+        )
+        plan = self.target_worker.model_runner.kv_index_translator.plan(
+            req_pool_indices=batch.req_pool_indices,
+            seq_lens=prefix_lens,
+            seq_lens_cpu=seq_lens_cpu,
+            write_virtual=draft_locs,
+            read_extent=block,
+        )
+        embeds = embed_module(block_ids)
+        if self._noise_embed_scale != 1.0:
+            embeds = embeds * self._noise_embed_scale
+        draft_seq_lens_cpu = (seq_lens_cpu + block).to(torch.int32)
+        forward_batch = ForwardBatch(
+            forward_mode=ForwardMode.TARGET_VERIFY,
+            batch_size=bs,
+            input_ids=block_ids.flatten(),
+            req_pool_indices=batch.req_pool_indices,
+            seq_lens=prefix_lens,
+            out_cache_loc=draft_locs,
+            seq_lens_sum=int(draft_seq_lens_cpu.sum()),
+            seq_lens_cpu=draft_seq_lens_cpu,
+            positions=positions,
+            input_embeds=embeds.view(-1, embeds.shape[-1]),
+            spec_algorithm=SpeculativeAlgorithm.DFLASH,
+            spec_info=self._draft_block_spec_info,
+            capture_hidden_mode=CaptureHiddenMode.NULL,
+            num_token_non_padded=(
+                torch.full((), bs * block, dtype=torch.int32, device=device) if enable_num_token_non_padded() else None
+            ),
+            global_num_token_non_padded_cpu=bs * block,
+            can_run_decode_cuda_graph=batch.can_run_decode_cuda_graph,
+        )
+        plan.bind(forward_batch, self.draft_model_runner.kv_index_translator)
+        with torch.inference_mode():
+            draft_out = self.draft_model_runner.forward(forward_batch)
+        hidden = draft_out.logits_output.hidden_states
+        if hidden is None:
+            raise RuntimeError("DDTREE: the DFlash drafter returned no hidden states")
+        hidden = hidden.view(bs, block, -1)[:, 1:, :]
+        weight = lm_head.weight
+        logits = torch.matmul(hidden.to(weight.dtype), weight.T)
+        return logits[..., : self.vocab_size]
+
+    def _tree_decode(self, batch, on_publish):
+        draft_input = batch.spec_info
+        bs = len(batch.seq_lens)
+        device, width = self.device, self.verify_width
+        prefix_lens = batch.seq_lens
+        if batch.seq_lens_cpu is not None:
+            seq_lens_cpu = batch.seq_lens_cpu.to(torch.int64)
+        else:
+            seq_lens_cpu = prefix_lens.to("cpu", torch.int64)
+
+        # 1-2. Draft logits, then one tree per request on the device.
+        draft_logits = self._draft_logits(batch, draft_input, bs, prefix_lens, seq_lens_cpu)
+        roots = draft_input.bonus_tokens.view(-1).to(torch.int64)
+        steps = []
+        for i in range(bs):
+            step = self._tree_step(i)
+            step.build(draft_logits[i], roots[i : i + 1], prefix_lens[i : i + 1].to(torch.int64))
+            steps.append(step)
+        tokens = torch.stack([s.tree[0] for s in steps])  # [bs, W]
+        parents = torch.stack([s.tree[1] for s in steps])
+        depths = torch.stack([s.tree[2] for s in steps])
+        masks = [s.compiled[0] for s in steps]  # [W, W] bool each
+        first_child = torch.stack([s.compiled[3] for s in steps])
+        next_sibling = torch.stack([s.compiled[4] for s in steps])
+
+        # 3. Verify the tree rows: positions prefix + depth, KV into the window's first W slots.
+        positions = (prefix_lens.to(torch.int64).unsqueeze(1) + depths).reshape(-1)
+        req_to_token = self.model_runner.req_to_token_pool.req_to_token
+        verify_locs = assign_extend_cache_locs_func(
+            req_pool_indices=batch.req_pool_indices,
+            req_to_token=req_to_token,
+            start_offset=prefix_lens,
+            end_offset=prefix_lens + width,
+            batch_size=bs,
+            draft_token_num=width,
+            device=device,
+        )
+        # SGLang's custom mask: per request [W, prefix + W] row-major, True = may attend.
+        custom_mask = torch.cat(
+            [
+                torch.cat([torch.ones(width, int(seq_lens_cpu[i]), dtype=torch.bool, device=device), masks[i]], dim=1).reshape(-1)
+                for i in range(bs)
+            ]
+        )
+        plan = self.target_worker.model_runner.kv_index_translator.plan(
+            req_pool_indices=batch.req_pool_indices,
+            seq_lens=prefix_lens,
+            seq_lens_cpu=seq_lens_cpu,
+            write_virtual=verify_locs,
+            read_extent=width,
+        )
+        verify_input = DDTreeVerifyInput(
+            draft_token=tokens.reshape(-1),
+            positions=positions,
+            draft_token_num=width,
+            topk=max(self.topk, 1),
+            custom_mask=custom_mask,
+            capture_hidden_mode=CaptureHiddenMode.FULL,
+            kv_loc_plan=plan,
+            retrieve_next_token=first_child,
+            retrieve_next_sibling=next_sibling,
+        )
+        batch.out_cache_loc = verify_locs
+        seq_lens_pre_verify = batch.seq_lens.clone()
+        backup_cpu, backup_sum = batch.seq_lens_cpu, batch.seq_lens_sum
+        verify_cpu = seq_lens_cpu + width
+        batch.seq_lens_cpu, batch.seq_lens_sum = verify_cpu, int(verify_cpu.sum())
+        verify_batch, _ = verify_input.prepare_for_verify(batch, self.target_worker)
+        batch.seq_lens_cpu, batch.seq_lens_sum = backup_cpu, backup_sum
+        target_out = self.target_worker.forward_batch_generation(
+            batch=None, forward_batch=verify_batch, is_verify=True, skip_attn_backend_init=True
+        )
+        logits_output = target_out.logits_output
+        target_lp = self._target_logits_processor
+        if target_lp is not None and target_lp.is_deferred_shard(logits_output.next_token_logits):
+            logits_output.next_token_logits = target_lp.finish_deferred_gather(logits_output.next_token_logits)
+        choice = torch.argmax(logits_output.next_token_logits, dim=-1).view(bs, width)
+
+        # 4. Walk each tree with the target's choices.
+        for i, step in enumerate(steps):
+            step.walk(choice[i])
+        path = torch.stack([s.walked[0] for s in steps])  # [bs, W] node ids, then -1
+        emitted = torch.stack([s.walked[1] for s in steps])  # accepted tokens + bonus, then -1
+        commit_lens = torch.cat([s.walked[2] for s in steps]).to(torch.int32)
+        bonus = torch.cat([s.walked[3] for s in steps]).to(torch.int64)
+        new_seq_lens = prefix_lens + commit_lens.to(prefix_lens.dtype)
+
+        # 5. Commit. The window's slots, reordered: accepted nodes first (in path order), then
+        # the rest (their KV is dead; the slots stay reserved for this request).
+        idx = torch.arange(width, device=device)
+        accepted = idx.unsqueeze(0) < commit_lens.unsqueeze(1).to(idx.dtype)
+        order = window_order(path, commit_lens)
+        locs_2d = verify_locs.view(bs, width)
+        new_window = torch.gather(locs_2d, 1, order)
+        cols = prefix_lens.to(torch.int64).unsqueeze(1) + idx
+        req_to_token[batch.req_pool_indices.to(torch.int64).unsqueeze(1), cols] = new_window.to(req_to_token.dtype)
+
+        if self._need_mamba_verify_commit:
+            self._commit_hybrid_state(batch, seq_lens_pre_verify, new_seq_lens, commit_lens, path)
+
+        out_tokens = torch.where(accepted, emitted, 0)
+        if on_publish is not None:
+            on_publish(new_seq_lens)
+
+        # The drafter's context: target hidden states of the committed tokens, in path order.
+        hidden = logits_output.hidden_states
+        if hidden is None:
+            raise RuntimeError("DDTREE verify needs the target's hidden states, got None")
+        hidden = hidden.view(bs, width, -1)
+        hidden = torch.gather(hidden, 1, order.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
+        write_ids = plan.write_ids(self.draft_model_runner.kv_index_translator).view(bs, width)
+        ctx_locs = torch.gather(write_ids.to(torch.int64), 1, order)
+        self._append_target_hidden_to_draft_kv_by_loc(
+            target_hidden=hidden.reshape(-1, hidden.shape[-1]),
+            cache_loc=ctx_locs.reshape(-1),
+            cache_loc_2d=ctx_locs,
+            positions=cols.reshape(-1),
+            commit_lens=commit_lens,
+        )
+        logits_output.hidden_states = None
+        self._record(bs, commit_lens, path)
+
+        next_draft_input = self._make_next_draft_input_decode(bonus_tokens=bonus, new_seq_lens=new_seq_lens)
+        return GenerationBatchResult(
+            logits_output=logits_output,
+            next_token_ids=out_tokens.reshape(-1),
+            accept_lens=commit_lens,
+            can_run_cuda_graph=target_out.can_run_cuda_graph,
+            next_draft_input=next_draft_input,
+            speculative_num_draft_tokens=width,
+            new_seq_lens=new_seq_lens,
+        )
+
+    def _commit_hybrid_state(self, batch, seq_lens_pre, seq_lens_post, commit_lens, path) -> None:
+        """Commit each request's last accepted node's conv window and recurrent state.
+
+        TARGET_VERIFY left one intermediate state per tree row; the one to keep is the row of the
+        last accepted node (path[commit_len - 1]), not row commit_len - 1 as in a chain.
+        """
+        last_row = last_accepted_row(path, commit_lens)
+        steps_to_track = None
+        if batch.mamba_track_indices is not None:
+            interval = mamba_track_grid(batch.tree_cache.page_size)
+            to_track = seq_lens_pre // interval != seq_lens_post // interval
+            point = seq_lens_post // interval * interval
+            ith = torch.clamp(point - seq_lens_pre - 1, min=0)
+            can = to_track & (ith < commit_lens.to(ith.dtype))
+            rows = torch.gather(path, 1, ith.to(torch.int64).clamp(max=path.shape[1] - 1).unsqueeze(1)).squeeze(1)
+            steps_to_track = torch.where(can, rows, torch.full_like(rows, -1))
+        backend = self.target_worker.model_runner.attn_backend
+        backend.update_mamba_state_after_mtp_verify(
+            last_correct_step_indices=last_row,
+            mamba_track_indices=batch.mamba_track_indices,
+            mamba_steps_to_track=steps_to_track,
+            model=self.target_worker.model_runner.model,
+            req_pool_indices=batch.req_pool_indices[: commit_lens.shape[0]],
+        )
+
+    def _record(self, bs: int, commit_lens: torch.Tensor, path: torch.Tensor) -> None:
+        """Running means for the `DDTREE metrics:` log line (one host sync per step, on purpose rare)."""
+        st = self._stats
+        st["steps"] += 1
+        st["bs"] += bs
+        st["nodes"] += self.nodes * bs
+        st["commit"] += int(commit_lens.sum())
+        st["accepted"] += int(commit_lens.sum()) - bs
+        st["depth"] += int(commit_lens.sum()) - bs
+        if st["steps"] % 64 == 0:
+            n = max(st["bs"], 1)
+            logger.info(
+                "DDTREE metrics: bs=%.2f budget=%d avg_actual_nodes=%.2f avg_accepted_drafts=%.3f "
+                "avg_commit_len=%.3f avg_accepted_depth=%.3f",
+                st["bs"] / st["steps"], self.budget, st["nodes"] / n, st["accepted"] / n, st["commit"] / n, st["depth"] / n,
+            )
