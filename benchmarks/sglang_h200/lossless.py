@@ -4,7 +4,8 @@ Run through run.sh (it installs SGLang and the plugin's entry point). Each confi
 process with its own sglang.Engine; DDTREE records are built from the plugin's ServerArgs (the
 class SGLang's REPLACE hook installs). Settings common to all (the shared recipe's limits):
 Triton attention, page size 1, radix cache off, CUDA graphs off, bf16.
-    python lossless.py MODELS_DIR OUT_JSON CONFIGS_JSON
+    [PAR=N] python lossless.py MODELS_DIR OUT_JSON CONFIGS_JSON   (N configurations at once)
+A configuration's "trace": true records the DDTREE worker's per-step trace (DDTREE_TRACE).
 """
 import json, os, subprocess, sys, time
 
@@ -37,35 +38,67 @@ print("RESULT " + json.dumps({"load_s": load_s, "res": res}))
 common = dict(skip_tokenizer_init=True, attention_backend="triton", sampling_backend="pytorch",
               mem_fraction_static=0.25, log_level="warning", random_seed=0, disable_radix_cache=True,
               disable_cuda_graph=True, page_size=1, dtype="bfloat16")
-results = []
-for c in CONFIGS:
+PAR = int(os.environ.get("PAR", "1"))  # configurations run at once (each its own engine, its share of memory)
+
+
+def run_one(c):
     label, pair, algo = c["label"], c["pair"], c.get("algo")
     cfg = dict(common, model_path=f"{MODELS}/{pair}/target", prompts=f"{MODELS}/{pair}_prompts.json", max_new=c.get("max_new", 48))
+    if PAR > 1:
+        cfg["mem_fraction_static"] = round(0.8 / PAR, 3)
     cfg.update(c.get("extra", {}))
     env = dict(os.environ)
+    trace = None
     if algo:
         cfg.update(speculative_algorithm=algo, speculative_draft_model_path=f"{MODELS}/{pair}/draft")
     if algo == "DDTREE":
         cfg["disable_overlap_schedule"] = True
         cfg.update(c.get("ddt", {}))
+        if c.get("trace"):
+            trace = f"/tmp/trace-{abs(hash(label))}.jsonl"
+            if os.path.exists(trace):
+                os.remove(trace)
+            env["DDTREE_TRACE"] = trace
     t = time.time()
-    r = subprocess.run([sys.executable, "-c", CHILD, json.dumps(cfg)], capture_output=True, text=True, timeout=c.get("timeout", 200), env=env)
-    line = next((l for l in r.stdout.splitlines() if l.startswith("RESULT ")), None)
-    out = {"label": label, "rc": r.returncode, "wall_s": round(time.time() - t, 1), "cfg": c}
+    try:
+        r = subprocess.run([sys.executable, "-c", CHILD, json.dumps(cfg)], capture_output=True, text=True,
+                           timeout=c.get("timeout", 300), env=env)
+        rc, stdout, stderr = r.returncode, r.stdout, r.stderr
+    except subprocess.TimeoutExpired as exc:
+        rc, stdout, stderr = 124, exc.stdout or "", exc.stderr or ""
+        stdout = stdout.decode() if isinstance(stdout, bytes) else stdout
+        stderr = stderr.decode() if isinstance(stderr, bytes) else stderr
+    line = next((l for l in stdout.splitlines() if l.startswith("RESULT ")), None)
+    out = {"label": label, "rc": rc, "wall_s": round(time.time() - t, 1), "cfg": c}
     if line:
         out.update(json.loads(line[7:]))
-    out["log"] = [l for l in (r.stderr or "").splitlines() if "DDTREE" in l][-20:]
+    out["log"] = [l for l in (stderr or "").splitlines() if "DDTREE" in l][-20:]
+    if trace and os.path.exists(trace):
+        out["trace"] = [json.loads(l) for l in open(trace).read().splitlines()[: c.get("trace_steps", 60)]]
     if not line:
-        out["err"] = (r.stderr or r.stdout)[-6000:]
-    results.append(out)
-    ref = next((x for x in results if x["cfg"]["pair"] == pair and not x["cfg"].get("algo") and "res" in x), None)
-    same = None
-    if ref and line:
-        same = [a["ids"] == b["ids"] for a, b in zip(ref["res"], out["res"])]
-        out["same_as_ar"] = same
-        vs = [x["meta"].get("spec_verify_ct") for x in out["res"]]
-        out["verify_ct"] = vs
-    print(label, "rc", r.returncode, "wall", out["wall_s"], "same", same, "verify", out.get("verify_ct"), flush=True)
-    if not line:
-        print(out["err"][-3500:], flush=True)
-    json.dump(results, open(OUT, "w"), indent=1)
+        out["err"] = (stderr or stdout)[-6000:]
+    return out
+
+
+from concurrent.futures import ThreadPoolExecutor
+
+with ThreadPoolExecutor(max_workers=PAR) as pool:
+    results = []
+    for out in pool.map(run_one, CONFIGS):
+        results.append(out)
+        print(out["label"], "rc", out["rc"], "wall", out["wall_s"], flush=True)
+        if "err" in out:
+            print(out["err"][-3500:], flush=True)
+        json.dump(results, open(OUT, "w"), indent=1)
+for out in results:
+    pair = out["cfg"]["pair"]
+    dtype = out["cfg"].get("extra", {}).get("dtype")
+    ref = next((x for x in results if x["cfg"]["pair"] == pair and not x["cfg"].get("algo") and "res" in x
+                and x["cfg"].get("extra", {}).get("dtype") == dtype), None)
+    if ref and "res" in out and out is not ref:
+        out["same_as_ar"] = [a["ids"] == b["ids"] for a, b in zip(ref["res"], out["res"])]
+        out["verify_ct"] = [x["meta"].get("spec_verify_ct") for x in out["res"]]
+        out["first_diff"] = [next((j for j, (u, v) in enumerate(zip(a["ids"], b["ids"])) if u != v), None)
+                             for a, b in zip(ref["res"], out["res"])]
+    print(f"{out['label']:<28} rc {out['rc']} same {out.get('same_as_ar')} verify {out.get('verify_ct')}", flush=True)
+json.dump(results, open(OUT, "w"), indent=1)

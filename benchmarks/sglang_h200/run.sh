@@ -2,7 +2,8 @@
 # DDTREE in stock SGLang 0.5.23 on an H200, from the shared ~50 MiB bundle (shared/sglang-h200).
 # Each configuration runs in its own process (sglang.Engine, input_ids in, ids out, T = 0);
 # every DDTREE / DFLASH output is compared with the same pair's AR output.
-#   bash benchmarks/sglang_h200/run.sh BUNDLE_DIR OUT_DIR 'CONFIGS_JSON'
+#   [PAR=N] bash benchmarks/sglang_h200/run.sh BUNDLE_DIR OUT_DIR 'CONFIGS_JSON'      (lossless.py)
+#   SCRIPT=step_cost bash benchmarks/sglang_h200/run.sh BUNDLE_DIR OUT_DIR 'GROUPS_JSON'   (step_cost.py)
 # CONFIGS_JSON: [{"label": "lab ar", "pair": "lab"},
 #                {"label": "lab ddtree 15/8", "pair": "lab", "algo": "DDTREE",
 #                 "ddt": {"speculative_ddtree_budget": 15, "speculative_ddtree_topk": 8}}, ...]
@@ -26,4 +27,10 @@ python3 -c 'import json; json.dump([{"name": f"t{i}", "prompt_ids": [(7 * i + j 
 rm -rf $M/lab && mkdir -p $M/lab
 cp -r "$REPO/engine_patches/ddtree_engine/src/ddtree_engine/lab_models/target" "$REPO/engine_patches/ddtree_engine/src/ddtree_engine/lab_models/draft" $M/lab/
 cp "$HERE/lab_prompts.json" $M/lab_prompts.json   # the compare prompts (builtin + 3 held-out), chat-templated
-python3 "$HERE/lossless.py" $M "$OUT/sglang_h200_lossless.json" "$CONFIGS"
+if [ "${SCRIPT:-lossless}" = step_cost ]; then
+  # Step cost (issue 12): CONFIGS_JSON is step_cost.py's groups; the dummy-weight models are configs only.
+  cp -r "$HERE/configs/." $M/
+  python3 "$HERE/step_cost.py" $M "$OUT" "$CONFIGS"
+else
+  python3 "$HERE/lossless.py" $M "$OUT/sglang_h200_lossless.json" "$CONFIGS"
+fi

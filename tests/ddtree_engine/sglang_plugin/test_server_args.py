@@ -9,7 +9,7 @@ import pytest
 
 BASE = ["--model-path", "/nonexistent/target", "--device", "cuda", "--speculative-algorithm", "DDTREE"]
 # What every accepted DDTREE run needs on SGLang 0.5.23; single tests break one of them.
-GOOD = ["--attention-backend", "triton", "--page-size", "1", "--disable-overlap-schedule"]
+GOOD = ["--attention-backend", "triton", "--page-size", "1", "--disable-overlap-schedule", "--disable-cuda-graph"]
 BRIEF_DEFAULTS = {
     "speculative_ddtree_budget": 15,
     "speculative_ddtree_topk": 8,
@@ -89,6 +89,12 @@ REFUSALS = {
         "which triton supports and flashinfer does not (its custom-mask verify is not validated with DDTREE); "
         "set --decode-attention-backend triton",
     ),
+    "cuda graphs": (
+        [],
+        "CUDA graphs are on: SGLang 0.5.23 captures its verify graphs with a causal mask and without the tree "
+        "links a hybrid model's GDN layers read, so a replayed DDTREE verify would check the wrong tree; "
+        "add --disable-cuda-graph",
+    ),
     "page size 16": (
         ["--page-size", "16"],
         "--page-size is 16: the tree's KV slots are kept or dropped one token at a time; set --page-size 1",
@@ -99,8 +105,11 @@ REFUSALS = {
 @pytest.mark.parametrize("case", sorted(REFUSALS))
 def test_sglang_resolution_refuses_each_bad_setting_saying_what_to_change(resolve_step, case):
     extra, fragment = REFUSALS[case]
+    argv = BASE + GOOD + extra
+    if case == "cuda graphs":
+        argv = [a for a in argv if a != "--disable-cuda-graph"]
     with pytest.raises(ValueError) as refused:
-        resolve_step(BASE + GOOD + extra)
+        resolve_step(argv)
     message = str(refused.value)
     assert message.startswith("DDTREE cannot start with these settings:\n- ")
     assert fragment in message
@@ -108,11 +117,12 @@ def test_sglang_resolution_refuses_each_bad_setting_saying_what_to_change(resolv
 
 
 def test_overlap_schedule_and_an_unset_backend_are_refused_together(resolve_step):
-    # Without GOOD: SGLang's overlap schedule is on by default, and this step sees no backend.
+    # Without GOOD: SGLang's overlap schedule and CUDA graphs are on by default, and this step sees no backend.
     with pytest.raises(ValueError) as refused:
         resolve_step(BASE)
     message = str(refused.value)
-    assert message.count("\n- ") == 2
+    assert message.count("\n- ") == 3
+    assert "CUDA graphs are on" in message and message.endswith("add --disable-cuda-graph")
     assert "the overlap schedule is on: the DDTREE worker runs synchronously; add --disable-overlap-schedule" in message
     assert "the attention backend is unset" in message and "set --attention-backend triton" in message
 

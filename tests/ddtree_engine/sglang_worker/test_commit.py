@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from ddtree_engine.kernels.tree_step import reference_step
-from ddtree_engine.sglang_plugin.commit import last_accepted_row, window_order
+from ddtree_engine.sglang_plugin.commit import flattened_links, last_accepted_row, parents_from_links, window_order
 from ddtree_engine.sglang_plugin.tree_shape import max_tree_nodes, verify_width
 
 
@@ -93,3 +93,23 @@ def test_verify_width():
     assert verify_width(1, 1, 16) == 2
     with pytest.raises(ValueError):
         max_tree_nodes(-1, 2)
+
+
+@pytest.mark.parametrize("budget,topk", [(1, 1), (8, 1), (15, 8), (20, 3), (32, 4)])
+def test_safe_links_give_every_node_its_tree_parent(budget, topk):
+    # What the worker hands SGLang's GDN kernels in safe mode (the compiled first-child / next-sibling
+    # arrays) read back as parents: exactly the tree's, so each node's state comes from its parent.
+    logits = torch.randn(15, 40, generator=torch.Generator().manual_seed(budget * 7 + topk))
+    tree, compiled, _ = reference_step(logits, budget, topk, 3, 11, None)
+    n = int(tree[5][0])
+    links = parents_from_links(compiled[3][None, :n], compiled[4][None, :n])
+    assert links[0].tolist() == [-1] + tree[1][1:n].tolist()
+    if topk > 1 and budget > 2:
+        assert any(int(p) != j - 1 for j, p in enumerate(tree[1][1:n].tolist(), start=1)), "not a chain: siblings exist"
+
+
+def test_unsafe_links_chain_the_flattened_rows():
+    first_child, next_sibling = flattened_links(2, 5)
+    assert first_child.tolist() == [[1, 2, 3, 4, -1]] * 2
+    assert next_sibling.tolist() == [[-1] * 5] * 2
+    assert parents_from_links(first_child, next_sibling).tolist() == [[-1, 0, 1, 2, 3]] * 2

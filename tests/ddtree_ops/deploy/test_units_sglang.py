@@ -62,6 +62,7 @@ def test_tree_service_argv_exactly():
         "--speculative-ddtree-topk", "8",
         "--speculative-ddtree-spine-depth", "2",
         "--speculative-ddtree-hybrid-mode", "safe",
+        "--disable-cuda-graph",
         "--disable-overlap-schedule", "--attention-backend", "triton", "--page-size", "1", "--enable-metrics",
         "--host", "0.0.0.0", "--port", "30001",
         "--served-model-name", "qwen 3.5",
@@ -196,10 +197,19 @@ ServerArgs.add_cli_args(parser)
 out = []
 for argv in json.loads(sys.argv[1]):
     ns = parser.parse_args(argv)
-    out.append({k: v for k, v in vars(ns).items() if k in json.loads(sys.argv[2])})
+    parsed = {k: v for k, v in vars(ns).items() if k in json.loads(sys.argv[2])}
+    if ns.speculative_algorithm == "DDTREE":
+        # The plugin's own startup validation (what SGLang runs for the registered algorithm).
+        from ddtree_engine.sglang_plugin.spec import check_ddtree_settings
+        try:
+            check_ddtree_settings(ServerArgs.from_cli_args(ns))
+            parsed["ddtree_validation"] = "ok"
+        except ValueError as exc:
+            parsed["ddtree_validation"] = str(exc)
+    out.append(parsed)
 print(json.dumps(out))
 """
-KEYS = ["model_path", "speculative_algorithm", "speculative_draft_model_path", "disable_overlap_schedule",
+KEYS = ["model_path", "speculative_algorithm", "speculative_draft_model_path", "disable_overlap_schedule", "disable_cuda_graph",
         "attention_backend", "page_size", "enable_metrics", "host", "port", "api_key", "served_model_name",
         "speculative_ddtree_budget", "speculative_ddtree_topk", "speculative_ddtree_spine_depth",
         "speculative_ddtree_hybrid_mode"]  # fmt: skip
@@ -223,10 +233,13 @@ def test_sglangs_own_parser_reads_the_rendered_argv():
               "disable_overlap_schedule": True, "attention_backend": "triton", "page_size": 1, "enable_metrics": True,
               "host": "0.0.0.0", "api_key": KEY}  # fmt: skip
     linear = {k: v for k, v in baseline.items() if not k.startswith("speculative_ddtree")}  # the plugin's defaults
-    assert linear == {**common, "speculative_algorithm": "DFLASH", "port": 30000, "served_model_name": None}
+    # The baseline keeps SGLang's CUDA graphs; the tree service runs without (the plugin refuses them).
+    assert linear == {**common, "speculative_algorithm": "DFLASH", "port": 30000, "served_model_name": None,
+                      "disable_cuda_graph": False}  # fmt: skip
     assert tree == {**common, "speculative_algorithm": "DDTREE", "port": 30001, "served_model_name": "qwen 3.5",
                     "speculative_ddtree_budget": 15, "speculative_ddtree_topk": 8, "speculative_ddtree_spine_depth": 2,
-                    "speculative_ddtree_hybrid_mode": "safe"}  # fmt: skip
+                    "speculative_ddtree_hybrid_mode": "safe", "disable_cuda_graph": True,
+                    "ddtree_validation": "ok"}  # fmt: skip
 
 
 def test_launcher_program_has_nothing_systemd_would_expand():

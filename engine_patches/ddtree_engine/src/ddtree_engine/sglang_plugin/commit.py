@@ -47,3 +47,39 @@ def last_accepted_row(path: torch.Tensor, commit_lens: torch.Tensor) -> torch.Te
         [bs] int64 row indices (a chain's would be commit_len - 1; a tree's is the node's row).
     """
     return torch.gather(path.to(torch.int64), 1, (commit_lens.to(torch.int64) - 1).unsqueeze(1)).squeeze(1)
+
+
+def flattened_links(bs: int, width: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """First-child / next-sibling links that make every row the child of the row before it.
+
+    The `unsafe` hybrid mode: SGLang's GDN / conv kernels then carry each row's recurrent state
+    and conv window from the previous row of the flattened tree, not from its parent, which is
+    the sibling leakage the mode exists to reproduce (attention still sees the tree mask).
+
+    Returns:
+        (first_child, next_sibling), [bs, width] int64 each: first_child[:, j] = j + 1 (-1 on the
+        last row), next_sibling all -1.
+    """
+    idx = torch.arange(width, dtype=torch.int64, device=device)
+    first_child = torch.where(idx + 1 < width, idx + 1, torch.full_like(idx, -1))
+    return first_child.expand(bs, width).clone(), torch.full((bs, width), -1, dtype=torch.int64, device=device)
+
+
+def parents_from_links(first_child: torch.Tensor, next_sibling: torch.Tensor) -> torch.Tensor:
+    """The parent row the links give each row (-1 for the root): the reading SGLang's kernels make.
+
+    Args:
+        first_child, next_sibling: [bs, width] links (-1 for none).
+
+    Returns:
+        [bs, width] int64 parents.
+    """
+    bs, width = first_child.shape
+    parents = torch.full((bs, width), -1, dtype=torch.int64)
+    for b in range(bs):
+        for node in range(width):
+            child = int(first_child[b, node])
+            while child >= 0:
+                parents[b, child] = node
+                child = int(next_sibling[b, child])
+    return parents

@@ -10,7 +10,9 @@ replaces the decode step. One step, per request:
 3. Verify: the target runs the W = nodes + 1 tree rows in TARGET_VERIFY mode with the tree as
    its custom attention mask (the prefix fully visible) and, on hybrid models, with the
    first-child / next-sibling links SGLang's GDN kernels use to take every node's conv window
-   and recurrent state from its parent (`speculative_eagle_topk` > 1 turns that path on).
+   and recurrent state from its parent (`speculative_eagle_topk` > 1 turns that path on). The
+   `unsafe` hybrid mode passes links of the flattened order instead (each row the previous row's
+   child): the sibling leakage it exists to reproduce.
 4. Walk: the target's argmax per node (T = 0) walks the tree: accepted nodes, bonus token.
 5. Commit: the request's req_to_token window is permuted so the accepted nodes' KV slots sit at
    positions prefix .. prefix + commit_len - 1 (the slot set is unchanged, so the allocator's
@@ -23,7 +25,9 @@ plain DFlash drafters. `check_supported` refuses the rest at startup with what t
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from typing import Optional
 
 import torch
@@ -48,10 +52,14 @@ from sglang.srt.speculative.dflash_worker_v2 import (
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 from ..kernels.tree_step import TreeStep
-from .commit import last_accepted_row, window_order
+from .commit import flattened_links, last_accepted_row, window_order
 from .tree_shape import max_tree_nodes
 
 logger = logging.getLogger(__name__)
+
+# DDTREE_TRACE=PATH: one JSON line per request per decode step (draft top-1 per depth, the tree, the
+# target's choices, the accepted path) appended to PATH. A diagnosis aid: it syncs with the host.
+TRACE_ENV = "DDTREE_TRACE"
 
 
 class DDTreeVerifyInput(DFlashVerifyInput):
@@ -100,6 +108,7 @@ class DDTreeWorker(DFlashWorkerV2):
         self.speculative_num_draft_tokens = self.verify_width
         self.vocab_size = int(self.model_runner.model_config.vocab_size)
         self._tree_steps: list[TreeStep] = []
+        self._trace_path = os.environ.get(TRACE_ENV) or None
         self._stats = {"steps": 0, "nodes": 0, "accepted": 0, "commit": 0, "depth": 0, "bs": 0}
         self.check_supported()
         logger.info(
@@ -122,10 +131,10 @@ class DDTreeWorker(DFlashWorkerV2):
             problems.append("selector / LiLiCorr / Domino drafters (use a plain DFlash drafter)")
         if self.page_size != 1:
             problems.append(f"page size {self.page_size} (use --page-size 1)")
-        if self.hybrid_mode != "safe" and self._need_mamba_verify_commit:
+        if self.hybrid_mode == "spine" and self._need_mamba_verify_commit:
             problems.append(
-                f"--speculative-ddtree-hybrid-mode {self.hybrid_mode} in SGLang (only safe: parent-indexed states; "
-                "spine and unsafe are implemented in the reference backend, ddtree-engine serve)"
+                "--speculative-ddtree-hybrid-mode spine in SGLang (use safe, exact parent-indexed states; "
+                "spine is implemented in the reference backend, ddtree-engine serve)"
             )
         if problems:
             raise ValueError("DDTREE does not support " + "; ".join(problems))
@@ -236,6 +245,9 @@ class DDTreeWorker(DFlashWorkerV2):
         masks = [s.compiled[0] for s in steps]  # [W, W] bool each
         first_child = torch.stack([s.compiled[3] for s in steps])
         next_sibling = torch.stack([s.compiled[4] for s in steps])
+        if self.hybrid_mode == "unsafe":
+            # Diagnosis only (behind --speculative-ddtree-allow-hybrid-unsafe): GDN states in flattened order.
+            first_child, next_sibling = flattened_links(bs, width, device)
 
         # 3. Verify the tree rows: positions prefix + depth, KV into the window's first W slots.
         positions = (prefix_lens.to(torch.int64).unsqueeze(1) + depths).reshape(-1)
@@ -333,6 +345,8 @@ class DDTreeWorker(DFlashWorkerV2):
         )
         logits_output.hidden_states = None
         self._record(bs, commit_lens, path)
+        if self._trace_path:
+            self._trace(prefix_lens, draft_logits, tokens, parents, choice, path, commit_lens)
 
         next_draft_input = self._make_next_draft_input_decode(bonus_tokens=bonus, new_seq_lens=new_seq_lens)
         return GenerationBatchResult(
@@ -369,6 +383,22 @@ class DDTreeWorker(DFlashWorkerV2):
             model=self.target_worker.model_runner.model,
             req_pool_indices=batch.req_pool_indices[: commit_lens.shape[0]],
         )
+
+    def _trace(self, prefix_lens, draft_logits, tokens, parents, choice, path, commit_lens) -> None:
+        """Append this step, one JSON line per request, to DDTREE_TRACE's file."""
+        with open(self._trace_path, "a") as out:
+            for i in range(len(commit_lens)):
+                n = int(commit_lens[i])
+                record = {
+                    "prefix": int(prefix_lens[i]),
+                    "draft_top1": draft_logits[i].argmax(dim=-1).tolist(),
+                    "tokens": tokens[i].tolist(),
+                    "parents": parents[i].tolist(),
+                    "choice": choice[i].tolist(),
+                    "path": path[i, :n].tolist(),
+                    "commit_len": n,
+                }
+                out.write(json.dumps(record) + "\n")
 
     def _record(self, bs: int, commit_lens: torch.Tensor, path: torch.Tensor) -> None:
         """Running means for the `DDTREE metrics:` log line (one host sync per step, on purpose rare)."""

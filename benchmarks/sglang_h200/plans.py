@@ -1,0 +1,48 @@
+"""The H200 runs this folder's scripts take, as JSON (printed): `python plans.py grid` or `python plans.py cost`.
+
+grid (lossless.py): the lab pair in bf16 and the tiny Qwen3 pair in fp16 (bf16 for AR / DFLASH / 15-8 too):
+  AR, DFLASH, DDTREE at budgets {1, 8, 15, 32} x topk {1, 4, 8}; traces on the trees wider than the block
+  (16/8, 20/8, 32/4, 32/8) and on 15/8 beside them; `unsafe` against `safe` on the lab pair at 15/8.
+cost (step_cost.py): issue 12's arms on the 4B- and 1B-class dummy-weight hybrids and on the lab pair.
+"""
+import json
+import sys
+
+
+def ddtree(label, pair, budget, topk, **kw):
+    return {"label": label, "pair": pair, "algo": "DDTREE",
+            "ddt": {"speculative_ddtree_budget": budget, "speculative_ddtree_topk": topk, **kw.pop("ddt", {})}, **kw}
+
+
+def grid():
+    plan = [{"label": "lab ar", "pair": "lab"}, {"label": "lab dflash", "pair": "lab", "algo": "DFLASH"}]
+    wide = {(15, 8), (32, 4), (32, 8)}
+    for b in (1, 8, 15, 32):
+        for k in (1, 4, 8):
+            plan.append(ddtree(f"lab ddtree {b}/{k}", "lab", b, k, trace=(b, k) in wide))
+    plan += [ddtree(f"lab ddtree {b}/{k}", "lab", b, k, trace=True) for b, k in ((16, 8), (20, 8))]
+    plan.append(ddtree("lab ddtree 15/8 unsafe", "lab", 15, 8, ddt={"speculative_ddtree_hybrid_mode": "unsafe",
+                                                                      "speculative_ddtree_allow_hybrid_unsafe": True}))
+    fp16 = {"dtype": "float16"}
+    plan += [{"label": "q3 ar fp16", "pair": "q3", "extra": fp16},
+             {"label": "q3 dflash fp16", "pair": "q3", "algo": "DFLASH", "extra": fp16}]
+    for b in (1, 8, 15, 32):
+        for k in (1, 4, 8):
+            plan.append(ddtree(f"q3 ddtree {b}/{k} fp16", "q3", b, k, extra=fp16))
+    plan += [{"label": "q3 ar", "pair": "q3"}, {"label": "q3 dflash", "pair": "q3", "algo": "DFLASH"},
+             ddtree("q3 ddtree 15/8", "q3", 15, 8)]
+    return plan
+
+
+def cost():
+    tree_arms = ["ddtree-15-8", "ddtree-15-4", "ddtree-31-8"]
+    return [
+        {"model": "q35-4b", "dummy": True, "arms": ["ar", "dflash", "dflash-nograph", *tree_arms],
+         "profile": ["dflash", "dflash-nograph", "ddtree-15-8"]},
+        {"model": "q35-1b", "dummy": True, "arms": ["dflash", "dflash-nograph", "ddtree-15-8", "ddtree-31-8"]},
+        {"model": "lab", "prompts": "lab", "arms": ["ar", "dflash", "dflash-nograph", *tree_arms]},
+    ]
+
+
+if __name__ == "__main__":
+    print(json.dumps({"grid": grid, "cost": cost}[sys.argv[1]]()))

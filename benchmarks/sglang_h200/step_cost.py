@@ -1,0 +1,172 @@
+"""Step cost of AR, DFLASH and DDTREE in stock SGLang 0.5.23 on one GPU, measured in one run (issue 12).
+
+Each arm is its own sglang.Engine in its own process. The arms of a group load at the same time
+(loading is most of the wall time) and are then measured one after another, each alone on the GPU
+while the others sleep, so every ratio compares arms measured minutes apart in the same run.
+
+    python step_cost.py MODELS_DIR OUT_DIR GROUPS_JSON
+GROUPS_JSON: [{"model": "q35-4b", "dummy": true, "arms": ["ar", "dflash", "dflash-nograph", "ddtree-15-8", ...],
+               "profile": ["dflash-nograph", "ddtree-15-8"]}, {"model": "lab", "prompts": "lab", ...}]
+  dummy: random weights (`load_format=dummy`), a 512-token prompt, 256 new tokens, EOS ignored: per-step time
+         is (generation time - prefill time) / verify steps (acceptance is meaningless with random weights);
+  prompts "lab": the compare prompts of the trained lab pair (MODELS_DIR/lab_prompts.json), to EOS or 256
+         tokens: tokens per step and tok/s are real.
+Arms: ar, dflash (CUDA graphs as SGLang ships them), dflash-nograph, ddtree-B-K (budget B, topk K; DDTREE runs
+without CUDA graphs, which the plugin refuses). Settings common to all arms (the shared recipe's limits):
+Triton attention, page size 1, radix cache off, overlap schedule off, bf16, batch size 1.
+`profile` arms also record a torch-profiler trace of 8 decode steps, summarised per kernel (profile_summary.py).
+"""
+import json, os, subprocess, sys, time
+
+MODELS, OUT, GROUPS = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+HERE = os.path.dirname(os.path.abspath(__file__))
+CHILD = r'''
+import json, os, statistics, sys, time
+cfg = json.loads(sys.argv[1]); bench = cfg.pop("_bench")
+import sglang as sgl
+t0 = time.time()
+if cfg.get("speculative_algorithm") == "DDTREE":
+    from sglang.srt.plugins import load_plugins
+    load_plugins()
+    import sglang.srt.server_args as sa
+    eng = sgl.Engine(server_args=sa.ServerArgs(**cfg))
+else:
+    eng = sgl.Engine(**cfg)
+load_s = time.time() - t0
+open(bench["ready"], "w").close()
+deadline = time.time() + 900
+while not os.path.exists(bench["go"]):
+    if time.time() > deadline:
+        raise SystemExit("never told to go")
+    time.sleep(0.05)
+out = {"load_s": load_s}
+def gen(ids, n, ignore_eos):
+    t = time.perf_counter()
+    o = eng.generate(input_ids=ids, sampling_params={"temperature": 0, "max_new_tokens": n, "ignore_eos": ignore_eos})
+    return time.perf_counter() - t, o
+try:
+    if bench["prompts"] == "synthetic":
+        prompt = [(i * 7919) % 150000 + 10 for i in range(512)]
+        gen(prompt, 8, True); gen(prompt, 8, True)
+        pre = statistics.median([gen(prompt, 1, True)[0] for _ in range(3)])
+        runs = [gen(prompt, 257, True) for _ in range(3)]
+        t = statistics.median([r[0] for r in runs]); meta = runs[0][1]["meta_info"]
+        steps = meta.get("spec_verify_ct") or 256
+        out.update(prefill_s=pre, t257_s=t, steps=steps, step_ms=(t - pre) / steps * 1e3,
+                   tokens_per_step=256 / steps, tok_per_s=256 / (t - pre))
+    else:
+        prompts = json.load(open(bench["prompts"]))
+        for p in prompts:
+            gen(p["prompt_ids"], 256, False)
+        total_t = total_n = total_steps = 0
+        per = []
+        for p in prompts:
+            t, o = gen(p["prompt_ids"], 256, False)
+            pre = min(gen(p["prompt_ids"], 1, False)[0] for _ in range(2))
+            m = o["meta_info"]; n = len(o["output_ids"]); steps = m.get("spec_verify_ct") or n
+            per.append({"name": p["name"], "tokens": n, "steps": steps, "s": t, "prefill_s": pre, "ids": o["output_ids"]})
+            total_t += t - pre; total_n += n; total_steps += steps
+        out.update(per_prompt=per, tokens=total_n, steps=total_steps, decode_s=total_t,
+                   step_ms=total_t / total_steps * 1e3, tokens_per_step=total_n / total_steps, tok_per_s=total_n / total_t)
+    if bench.get("profile"):
+        # A short prompt: the trace's first step is its prefill, so it should cost about one decode step.
+        prompt = [(i * 7919) % 150000 + 10 for i in range(8)] if bench["prompts"] == "synthetic" else json.load(open(bench["prompts"]))[0]["prompt_ids"]
+        os.makedirs(bench["profile"], exist_ok=True)
+        eng.start_profile(output_dir=bench["profile"], num_steps=12, activities=["CPU", "GPU"])
+        gen(prompt, 64, True)
+        time.sleep(3)
+finally:
+    print("RESULT " + json.dumps(out), flush=True)
+    open(bench["done"], "w").close()
+    eng.shutdown()
+'''
+COMMON = dict(skip_tokenizer_init=True, attention_backend="triton", sampling_backend="pytorch", log_level="error",
+              random_seed=0, disable_radix_cache=True, page_size=1, dtype="bfloat16", disable_overlap_schedule=True,
+              max_running_requests=4, sleep_on_idle=True)
+
+
+def arm_cfg(group, arm, share):
+    model = f"{MODELS}/{group['model']}"
+    cfg = dict(COMMON, model_path=f"{model}/target", mem_fraction_static=share)
+    if group.get("dummy"):
+        cfg["load_format"] = "dummy"
+    if arm == "ar":
+        return cfg
+    cfg.update(speculative_draft_model_path=f"{model}/draft")
+    if group.get("dummy"):
+        cfg["speculative_draft_load_format"] = "dummy"
+    if arm in ("dflash", "dflash-nograph"):
+        cfg.update(speculative_algorithm="DFLASH", disable_cuda_graph=arm == "dflash-nograph")
+        return cfg
+    _, budget, topk = arm.split("-")
+    cfg.update(speculative_algorithm="DDTREE", disable_cuda_graph=True,
+               speculative_ddtree_budget=int(budget), speculative_ddtree_topk=int(topk))
+    return cfg
+
+
+def run_group(group, tmp):
+    arms = group["arms"]
+    share = round(min(0.8 / len(arms), 0.4), 3)
+    procs = []
+    for i, arm in enumerate(arms):
+        cfg = arm_cfg(group, arm, share)
+        bench = {"ready": f"{tmp}/{i}.ready", "go": f"{tmp}/{i}.go", "done": f"{tmp}/{i}.done",
+                 "prompts": "synthetic" if group.get("dummy") else f"{MODELS}/{group['prompts']}_prompts.json"}
+        if arm in group.get("profile", []):
+            bench["profile"] = f"{tmp}/prof-{arm}"
+        cfg["_bench"] = bench
+        log = open(f"{tmp}/{i}.log", "w")
+        procs.append((arm, bench, subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(cfg)], stdout=subprocess.PIPE,
+                                                    stderr=log, text=True)))
+    results = []
+    for i, (arm, bench, proc) in enumerate(procs):
+        t = time.time()
+        while not os.path.exists(bench["ready"]) and proc.poll() is None and time.time() - t < 600:
+            time.sleep(0.2)
+        open(bench["go"], "w").close()
+        try:
+            stdout, _ = proc.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            proc.kill(); stdout = ""
+        line = next((l for l in stdout.splitlines() if l.startswith("RESULT ")), None)
+        res = {"model": group["model"], "arm": arm, "rc": proc.returncode, **(json.loads(line[7:]) if line else {})}
+        if not line or proc.returncode not in (0, None):
+            res["err"] = open(f"{tmp}/{i}.log").read()[-4000:]
+        if bench.get("profile") and os.path.isdir(bench["profile"]):
+            summary = subprocess.run([sys.executable, f"{HERE}/profile_summary.py", bench["profile"]], capture_output=True, text=True)
+            res["profile"] = summary.stdout[-6000:] or summary.stderr[-2000:]
+        results.append(res)
+        print(json.dumps({k: v for k, v in res.items() if k not in ("per_prompt", "profile")})[:3000], flush=True)
+    return results
+
+
+def ratios(results):
+    lines = []
+    for model in dict.fromkeys(r["model"] for r in results):
+        rows = {r["arm"]: r for r in results if r["model"] == model and "step_ms" in r}
+        ref = rows.get("dflash-nograph") or rows.get("dflash")
+        graphed = rows.get("dflash")
+        lines.append(f"## {model}")
+        lines.append("| arm | ms/step | tokens/step | tok/s | step vs dflash-nograph | step vs dflash (graphs) | tok/s vs dflash-nograph | tok/s vs dflash (graphs) |")
+        lines.append("|---|---|---|---|---|---|---|---|")
+        for arm, r in rows.items():
+            cells = [f"{r['step_ms']:.2f}", f"{r['tokens_per_step']:.2f}", f"{r['tok_per_s']:.1f}"]
+            for base, key in ((ref, "step_ms"), (graphed, "step_ms"), (ref, "tok_per_s"), (graphed, "tok_per_s")):
+                cells.append(f"{r[key] / base[key]:.3f}" if base else "-")
+            lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+os.makedirs(OUT, exist_ok=True)
+all_results = []
+for g in GROUPS:
+    tmp = f"/tmp/stepcost-{g['model']}-{int(time.time())}"
+    os.makedirs(tmp, exist_ok=True)
+    all_results += run_group(g, tmp)
+    json.dump(all_results, open(f"{OUT}/sglang_h200_step_cost.json", "w"), indent=1)
+table = ratios(all_results)
+open(f"{OUT}/sglang_h200_step_cost.md", "w").write(table + "\n")
+print(table)
+for r in all_results:
+    if r.get("profile"):
+        print(f"\n### profile {r['model']} {r['arm']}\n{r['profile']}")
