@@ -26,6 +26,8 @@ from engine_oracle import (
     wrong_state_node,
 )
 
+from ddtree_engine.core.hybrid import window_after
+from ddtree_engine.kernels.gdn_tree import reference as gdn_reference
 from ddtree_engine.reference import target as target_module
 from ddtree_engine.reference.models import load_target
 from ddtree_engine.reference.target import TargetRunner
@@ -84,17 +86,19 @@ def test_wrong_state_node_is_caught_by_the_commit_check(engines, monkeypatch):
     # only in the recurrent state.
     slipped = {node for node in range(len(PARENTS)) if wrong_state_node(_path(node)) != node}
     assert slipped and {node for node, p in problems.items() if p} == slipped
-    assert all("state" in line for node in slipped for line in problems[node])
+    # The commit gathers state and window of one node (commit_gdn_state), so both go wrong.
+    assert all(any("state" in line for line in problems[node]) for node in slipped)
 
 
 def test_wrong_conv_window_node_is_caught_by_the_commit_check(engines, monkeypatch):
     runner = engines["qwen3-next"].runner
-    window_after = target_module.window_after
-    # The same slip for the conv window: the window of the node before the accepted one.
-    def window_of_previous_node(x, committed, index, node):
-        return window_after(x, committed, index, max(node - 1, 0))
+    # The same slip for the conv window alone: the right state, the window of the node before.
+    def window_of_previous_node(states, node, state_out, conv_input, window_index, window):
+        committed = window.clone()
+        gdn_reference.commit_gdn_state(states, node, state_out, conv_input, window_index, window)
+        window.copy_(window_after(conv_input, committed, window_index, max(int(node) - 1, 0)).to(window.dtype))
 
-    problems = commit_mismatches(runner, monkeypatch, window_after=window_of_previous_node)
+    problems = commit_mismatches(runner, monkeypatch, commit_gdn_state=window_of_previous_node)
     assert {node for node, p in problems.items() if p} == set(range(1, len(PARENTS)))
     assert all("window" in line for node in range(1, len(PARENTS)) for line in problems[node])
 

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from ..core.hybrid import conv_window_index, l2norm, window_after
 from ..errors import ModelLoadError
-from ..kernels.gdn_tree import gated_delta_tree, tree_causal_conv
+from ..kernels.gdn_tree import commit_gdn_state, gated_delta_tree, tree_causal_conv
 from ..kernels.tree_mask import ancestor_mask
 from .rotary import apply_rotary
 
@@ -230,12 +230,18 @@ class TargetRunner:
             if pend.k is not None:
                 layer_cache.k = torch.cat([layer_cache.k, pend.k.index_select(1, idx)], dim=1)
                 layer_cache.v = torch.cat([layer_cache.v, pend.v.index_select(1, idx)], dim=1)
-            else:
+            elif output.linear:
+                # A chain keeps only its final state; the window is the last node's.
                 layer_cache.window = window_after(pend.conv_input, layer_cache.window, pend.window_index, last).to(
                     layer_cache.window.dtype
                 )
-                state_node = 0 if output.linear else committed_state_node(path)
-                layer_cache.state = pend.states[state_node].clone()
+                layer_cache.state = pend.states[0].clone()
+            else:
+                # One gather (a kernel on CUDA): the node's recurrent state and its conv window. Fresh
+                # tensors, so nothing else holding the old ones (a copied cache) sees them change.
+                state, window = torch.empty_like(layer_cache.state), layer_cache.window.clone()
+                commit_gdn_state(pend.states, committed_state_node(path), state, pend.conv_input, pend.window_index, window)
+                layer_cache.state, layer_cache.window = state, window
         cache.length += len(path)
 
 
