@@ -85,8 +85,9 @@ def compare(
 ) -> None:
     """Measure the tree service against the baseline service on the same prompts.
 
-    Every selected service must answer /health first: if one does not, compare says which and
-    why, measures nothing and writes no report. The report records the tree's budget, topk and
+    Every selected service must answer /health first. A host where one does not (down, unreachable)
+    is not measured and is named in the report's failures while the other hosts are measured; when
+    that is every host, compare says which and why, measures nothing and writes no report. The report records the tree's budget, topk and
     block size (from its /server_info) and the number of runs; --runs 1 gets a warning (noise).
 
     \b
@@ -97,7 +98,8 @@ def compare(
     \b
     Exit codes:
       0  measured, and every lossless check passed
-      1  a service is down (nothing measured or written), a request failed, or a lossless check failed
+      1  a service is down (that host not measured; on every host: nothing measured or written),
+         a request failed (a service killed mid-run: that run), or a lossless check failed
       2  bad input (unknown service or host, unreadable prompts, unwritable --out); nothing contacted
     """
     project = project_from(ctx)

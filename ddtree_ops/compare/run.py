@@ -295,16 +295,20 @@ def run_compare(
 
     Raises:
         ConfigError: bad arguments, before any host is contacted.
-        CheckFailed: a selected service does not answer /health 200 (each named), before anything is measured.
+        CheckFailed: no selected host has both services answering /health 200 (each named), before
+            anything is measured. A host where only some do is not measured: its services are in
+            the report's failures, and the other hosts are measured.
     """
     baseline_svc, tree_svc = validate_compare_args(project, baseline, tree, runs, max_tokens)
     if not prompts:
         raise ConfigError("no prompts to send")
     hosts = plan_hosts(project, baseline_svc, tree_svc, host_names)
-    # Every arm on every host must be up before anything is measured: a report of services that
-    # were down is an empty report, and the caller writes none when this raises.
+    # Every arm of a host must be up before that host is measured. When no host is, there is nothing
+    # to measure and the caller writes no report; when some are, those are measured and the others
+    # are failures of the report (exit 1), so one host down does not cost the fleet's measurement.
     problems = preflight(hosts, [baseline_svc, tree_svc], timeout_s, project.engine.backend)
-    if problems:
+    down = {p["host"] for p in problems}
+    if problems and all(h.name in down for h in hosts):
         raise CheckFailed(
             "compare: not every service is healthy, so nothing was measured and no report was written:\n  "
             + "\n  ".join(failure_line(p) for p in problems)
@@ -314,11 +318,15 @@ def run_compare(
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     arms = {"baseline": baseline_svc, "tree": tree_svc}
     all_runs: list[RunResult] = []
-    failures: list[dict[str, Any]] = []
+    failures: list[dict[str, Any]] = [
+        {**p, "message": f"not measured: {p['message']}; run `ddtree-ops healthcheck --hosts {p['host']}`"} for p in problems
+    ]
     warnings: list[str] = [NOISY_RUNS_WARNING] if runs == 1 else []
     server_info: dict[str, dict[str, Any]] = {}
     t0 = time.perf_counter()
-    for host in hosts:
+    if down:
+        say(f"not measuring {', '.join(sorted(down))}: a service there is not healthy (see the failures)")
+    for host in [h for h in hosts if h.name not in down]:
         _compare_host(
             host, arms, prompts, runs, max_tokens, timeout_s, say, all_runs, failures, warnings, server_info,
             project.engine.backend,

@@ -23,6 +23,7 @@ from ..service import server_info
 from ..service.client import ServiceClient
 
 UNIT_PROBE_INTERVAL_S = 5.0
+UNIT_PROBE_PROPERTIES = ("ActiveState", "SubState", "Result", "NRestarts", "StartLimitBurst", "StartLimitIntervalUSec")
 
 
 @dataclass(frozen=True)
@@ -166,15 +167,36 @@ def systemd_unit_probe(project: Project, transport: Transport = SSH) -> UnitProb
         unit = unit_name(target.service)
         try:
             text = transport.run(
-                project.host(target.host), f"systemctl show -p ActiveState -p SubState -p NRestarts {unit}", timeout_s=20
+                project.host(target.host), f"systemctl show -p {','.join(UNIT_PROBE_PROPERTIES)} {unit}", timeout_s=20
             )
         except DdtreeOpsError:
             return None
-        props = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-        state, sub = props.get("ActiveState"), props.get("SubState")
-        # Between crash and restart the unit is activating/auto-restart: still worth waiting for.
-        if state == "failed" or (state == "inactive" and sub == "dead"):
-            return f"systemd gave up on {unit} ({state}/{sub} after {props.get('NRestarts', '?')} restarts)"
-        return None
+        return unit_given_up(unit, dict(line.split("=", 1) for line in text.splitlines() if "=" in line))
 
     return probe
+
+
+def unit_given_up(unit: str, props: dict[str, str]) -> str | None:
+    """Why systemd gave up on `unit`, from `systemctl show` properties; None while it may still come up.
+
+    A unit that crash-looped into its start limit says so with the limit (StartLimitBurst starts
+    within StartLimitIntervalSec): systemd will not start it again by itself. systemd reports that as
+    Result=start-limit-hit, or (on the restart path, systemd 252+) keeps the last crash's result
+    (exit-code) with as many automatic restarts as the burst allows.
+    """
+    state, sub, result = props.get("ActiveState"), props.get("SubState"), props.get("Result", "")
+    # Between crash and restart the unit is activating/auto-restart: still worth waiting for.
+    if not (state == "failed" or (state == "inactive" and sub == "dead")):
+        return None
+    restarts, burst = props.get("NRestarts", "?"), props.get("StartLimitBurst", "?")
+    hit = result == "start-limit-hit" or (
+        state == "failed" and restarts.isdigit() and burst.isdigit() and int(burst) > 0 and int(restarts) >= int(burst)
+    )
+    why = f", Result={result}" if result and result != "success" else ""
+    if hit:
+        limit = f"StartLimitBurst={burst} starts within StartLimitIntervalSec={props.get('StartLimitIntervalUSec', '?')}"
+        return (
+            f"systemd gave up on {unit}: it crash-looped into its start limit ({limit}; "
+            f"{restarts} restarts{why}) and will not restart it again"
+        )
+    return f"systemd gave up on {unit} ({state}/{sub} after {restarts} restarts{why})"

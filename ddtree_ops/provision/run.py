@@ -274,7 +274,11 @@ def provision(
 
 
 def _resolve_reference_locks(project: Project, hosts: list[Host], resolve, run_playbook) -> dict[str, Lock]:
-    facts = read_facts(project, hosts, run_playbook)
+    try:
+        facts = read_facts(project, hosts, run_playbook)
+    except HostError as err:
+        # Facts come first, from every host at once: when one cannot answer, none has been changed yet.
+        raise HostError(f"no host was changed (provision reads every host's facts before building): {err}") from None
     mode = install_mode(project.engine.install.mode)
     locks: dict[str, Lock] = {}
     for host in hosts:

@@ -1,0 +1,286 @@
+"""Faults during operations, on the lab fleet: real containers (systemd, sshd), real Ansible, the real engine.
+
+Each test breaks one thing the way a real fleet does (sshd stopped, a host frozen, a service that
+crash-loops, a service killed mid-compare, a full disk), checks that ddtree-ops names the host and
+what happened, that the other host's work completes or nothing is changed, and puts the fleet
+back as it found it (provisioned and deployed with budget 15, topk 8) in a `finally`.
+
+Needs the `lab_fleet` fixture (tests/ddtree_ops/conftest.py); provision and deploy are idempotent,
+so this module can run before or after the other lab modules.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from click.testing import CliRunner
+
+import ddtree_ops.cli.compare as compare_cli
+from ddtree_ops.cli import cli
+from ddtree_ops.config import load_project
+from ddtree_ops.health.check import run_healthcheck
+from ddtree_ops.hosts.ssh import SSH
+
+pytestmark = pytest.mark.lab
+
+RECOVERY_TIMEOUT_S = 600  # a restarted service reloads its model before /health says 200
+PROMPTS = "- name: code\n  prompt: Write a Python function that adds two numbers.\n- What is 2+2?\n"
+
+
+def _run(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def _docker(*args: str, check: bool = True) -> str:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check, timeout=120).stdout
+
+
+def _in_container(container: str, command: str, check: bool = True) -> str:
+    """A shell command inside a lab host without SSH (for when its sshd is stopped on purpose)."""
+    return _docker("exec", container, "sh", "-c", command, check=check)
+
+
+@pytest.fixture(scope="module")
+def lab(lab_fleet):
+    config = str(lab_fleet.config_path)
+    provision = _run("-c", config, "provision")
+    assert provision.exit_code == 0, provision.output
+    deploy = _run("-c", config, "deploy", "--budget", "15", "--topk", "8")
+    assert deploy.exit_code == 0, deploy.output
+    project = load_project(config)
+    assert [h.name for h in project.hosts] == ["lab-1", "lab-2"], "these tests need the two-host lab"
+    containers = {h.name: h.container for h in lab_fleet.hosts}
+    return config, project, containers
+
+
+def _wait_until_healthy(project, *hosts: str) -> None:
+    deadline = time.monotonic() + RECOVERY_TIMEOUT_S
+    while True:
+        report = run_healthcheck(project, list(hosts), timeout_s=30)
+        if report.ok:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"{hosts} did not recover within {RECOVERY_TIMEOUT_S}s: {report.failures()}")
+        time.sleep(3)
+
+
+@contextmanager
+def _sshd_stopped(container: str):
+    _in_container(container, "systemctl stop ssh.socket ssh.service 2>/dev/null; systemctl stop ssh")
+    try:
+        yield
+    finally:
+        _in_container(container, "systemctl start ssh")
+
+
+@contextmanager
+def _paused(container: str):
+    _docker("pause", container)
+    try:
+        yield
+    finally:
+        _docker("unpause", container)
+
+
+def _host_files(container: str) -> str:
+    """What provision and deploy own on a host, read without SSH: state.json, envs, units, env files."""
+    return _in_container(
+        container,
+        "cat /var/lib/ddtree/state.json; ls -la --time-style=+%s /opt/ddtree/envs /etc/systemd/system/ddtree-*.service; "
+        "ls /opt/ddtree/releases; md5sum /etc/ddtree/*.env /etc/systemd/system/ddtree-*.service",
+    )
+
+
+# ---- SSH refused / host unreachable --------------------------------------------------------------
+
+
+def test_provision_with_sshd_stopped_on_one_host_changes_no_host(lab):
+    config, _project, containers = lab
+    before = {name: _host_files(c) for name, c in containers.items()}
+    with _sshd_stopped(containers["lab-2"]):
+        result = _run("-c", config, "provision", "--json")
+    assert result.exit_code == 1, result.output
+    error = json.loads(result.stdout)["error"]
+    assert error["kind"] == "host" and error["exit_code"] == 1
+    message = error["message"]
+    assert message.startswith("no host was changed")
+    assert "host lab-2 (" in message and "is unreachable over SSH" in message
+    assert "check it is up and that `ssh -i " in message, "the message says what to try"
+    assert "host lab-1" not in message, "lab-1 answered: it must not be blamed"
+    assert {name: _host_files(c) for name, c in containers.items()} == before, "provision changed a host"
+
+
+def test_healthcheck_with_one_host_frozen_reports_it_and_checks_the_other(lab):
+    config, project, containers = lab
+    with _paused(containers["lab-2"]):
+        started = time.monotonic()
+        result = _run("-c", config, "healthcheck", "--json")
+        took = time.monotonic() - started
+    assert result.exit_code == 1, result.output
+    doc = json.loads(result.stdout)
+    hosts = {h["host"]: h for h in doc["hosts"]}
+    assert hosts["lab-1"]["ok"] is True, hosts["lab-1"]
+    assert all(s["health_status"] == 200 and s["generation_tokens"] >= 1 for s in hosts["lab-1"]["services"])
+    assert hosts["lab-2"]["ok"] is False
+    assert {f["host"] for f in doc["failures"]} == {"lab-2"}
+    services = {f["service"] for f in doc["failures"]}
+    assert services == {s.name for s in project.services}, doc["failures"]
+    for service in services:
+        messages = [f["message"] for f in doc["failures"] if f["service"] == service]
+        assert any(m.startswith("ssh: host lab-2 (") and "is unreachable over SSH" in m for m in messages), messages
+        assert any(m.startswith("health: cannot reach http://") for m in messages), messages
+    assert took < 150, f"healthcheck took {took:.0f}s with one host frozen: its checks must time out, not hang"
+
+
+def test_compare_with_one_host_frozen_measures_the_other_and_exits_1(lab, tmp_path):
+    config, project, containers = lab
+    prompts = tmp_path / "prompts.yaml"
+    prompts.write_text(PROMPTS)
+    out = tmp_path / "report"
+    with _paused(containers["lab-2"]):
+        result = _run(
+            "-c", config, "compare", "--prompts", str(prompts), "--runs", "1", "--max-tokens", "16",
+            "--timeout", "20", "--out", str(out), "--json",
+        )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    doc = json.loads(result.stdout)
+    assert doc["ok"] is False and json.loads((out / "compare.json").read_text())["ok"] is False
+    # lab-1 was measured in full, and its outputs are lossless.
+    assert {r["host"] for r in doc["runs"]} == {"lab-1"}
+    assert len(doc["runs"]) == 2 * 2 and all(r["error"] is None for r in doc["runs"])
+    assert all(p["lossless"]["ok"] for p in doc["prompts"]) and {p["host"] for p in doc["prompts"]} == {"lab-1"}
+    # lab-2: each service named, not measured, with what to run.
+    assert {(f["host"], f["service"]) for f in doc["failures"]} == {("lab-2", s.name) for s in project.services}
+    assert all(f["message"].startswith("not measured: cannot reach http://") for f in doc["failures"])
+    assert "ddtree-ops healthcheck --hosts lab-2" in doc["failures"][0]["message"]
+    assert "compare failed:" in result.stderr and "lab-2/tree: not measured" in result.stderr
+
+
+# ---- a service killed during compare -------------------------------------------------------------
+
+
+def test_a_service_killed_during_compare_fails_that_run_and_the_others_complete(lab, tmp_path, monkeypatch):
+    config, project, _containers = lab
+    prompts = tmp_path / "prompts.yaml"
+    prompts.write_text(PROMPTS)
+    lab1 = project.host("lab-1")
+    killed: list[str] = []
+    say = compare_cli.say
+
+    def say_and_kill(line: str) -> None:
+        # The moment compare starts lab-1's first measured tree run, its engine process dies.
+        if line == "lab-1/tree: code run 1/2" and not killed:
+            pid = SSH.run(lab1, "systemctl show -p MainPID --value ddtree-tree.service").strip()
+            SSH.run(lab1, f"kill -9 {pid}")
+            killed.append(pid)
+        say(line)
+
+    monkeypatch.setattr(compare_cli, "say", say_and_kill)
+    out = tmp_path / "report"
+    try:
+        result = _run(
+            "-c", config, "compare", "--prompts", str(prompts), "--runs", "2", "--max-tokens", "16",
+            "--timeout", "60", "--out", str(out), "--json",
+        )  # fmt: skip
+    finally:
+        _wait_until_healthy(project, "lab-1")
+    assert killed, "compare never started lab-1's first tree run"
+    assert result.exit_code == 1, result.output
+    doc = json.loads(result.stdout)
+    runs = doc["runs"]
+    assert len(runs) == 2 * 2 * 2 * 2, "every run of every prompt, arm and host was attempted"
+    failed = [r for r in runs if r["error"]]
+    first = next(r for r in runs if (r["host"], r["service"], r["prompt"], r["run"]) == ("lab-1", "tree", "code", 0))
+    assert first["error"], "the run that met the killed service must be reported failed"
+    assert {(r["host"], r["service"]) for r in failed} == {("lab-1", "tree")}
+    assert all(r["error"] is None for r in runs if r["host"] == "lab-2" or r["service"] == "baseline")
+    assert {(f["host"], f["service"]) for f in doc["failures"]} == {("lab-1", "tree")}, doc["failures"]
+    assert any("prompt 'code' run 0:" in f["message"] for f in doc["failures"])
+    assert all(p["lossless"]["ok"] for p in doc["prompts"] if p["host"] == "lab-2")
+    assert "lab-1/tree: prompt 'code' run 0" in result.stderr
+
+
+# ---- a service that crash-loops until systemd's start limit --------------------------------------
+
+
+def _server_info(project, host: str, service: str) -> dict:
+    h, s = project.host(host), project.service(service)
+    assert httpx.get(f"http://{h.address}:{s.port}/health", timeout=10).status_code == 200
+    return httpx.get(f"http://{h.address}:{s.port}/server_info", timeout=10).json()
+
+
+def test_a_crash_looping_service_is_named_with_its_start_limit_and_rolled_back(lab, tmp_path):
+    config, project, containers = lab
+    state_before = SSH.run(project.host("lab-1"), "cat /var/lib/ddtree/state.json")
+    second_before = _host_files(containers["lab-2"])
+    document = yaml.safe_load(Path(config).read_text())
+    for service in document["services"]:
+        if service["name"] == "tree":
+            service["extra_args"] = ["--no-such-flag"]  # `ddtree-engine serve` exits 2 at once, every start
+    # Long enough for 5 starts 10 s apart: the unit probe, not the timeout, must end the wait.
+    document["deploy"] = {**document.get("deploy", {}), "health_timeout_s": 400, "health_interval_s": 1}
+    bad_config = tmp_path / "ddtree.yaml"
+    bad_config.write_text(yaml.safe_dump(document))
+
+    started = time.monotonic()
+    result = _run("-c", str(bad_config), "deploy", "--services", "tree", "--json")
+    took = time.monotonic() - started
+    assert result.exit_code == 1, result.output
+    assert "deploy failed on host 'lab-1'" in result.stderr
+    assert "crash-looped into its start limit (StartLimitBurst=5 starts within StartLimitIntervalSec=10min" in result.stderr
+    assert "5 restarts" in result.stderr and "will not restart it again" in result.stderr
+    assert "No such option '--no-such-flag'" in result.stderr, "the journal tail shows why it died"
+    assert "host 'lab-1' rolled back: tree →" in result.stderr
+    assert "lab-2 were not touched" in result.stderr
+    assert took < 300, f"the gate waited {took:.0f}s: the start limit should end the wait, not the 400 s timeout"
+    doc = json.loads(result.stdout)
+    assert [h["status"] for h in doc["hosts"]] == ["rolled back", "skipped"]
+    (failure,) = doc["failures"]
+    assert (failure["host"], failure["service"]) == ("lab-1", "tree") and "start limit" in failure["message"]
+
+    # lab-1 runs its previous release again, healthy; lab-2 was never reached.
+    info = _server_info(project, "lab-1", "tree")
+    assert (info["speculative_ddtree_budget"], info["speculative_ddtree_topk"]) == (15, 8)
+    state_after = json.loads(SSH.run(project.host("lab-1"), "cat /var/lib/ddtree/state.json"))
+    assert state_after["services"]["tree"]["current"] == json.loads(state_before)["services"]["tree"]["current"]
+    assert _host_files(containers["lab-2"]) == second_before
+
+
+# ---- disk full during provision ------------------------------------------------------------------
+
+
+def test_disk_full_during_provision_leaves_no_half_built_env(lab):
+    config, project, containers = lab
+    lab2 = containers["lab-2"]
+    state_before = _in_container(lab2, "cat /var/lib/ddtree/state.json")
+    env = json.loads(state_before)["env"]["path"]
+    # A 48 MB disk over the envs directory: the venv is created, its packages do not fit. It hides
+    # the real env (the running services keep their open files) until it is unmounted.
+    _in_container(lab2, "mount -t tmpfs -o size=48m ddtree-full /opt/ddtree/envs")
+    try:
+        result = _run("-c", config, "provision", "--hosts", "lab-2", "--json")
+        left_in_envs = _in_container(lab2, "ls -A /opt/ddtree/envs")
+        left_staging = _in_container(lab2, "ls -A /opt/ddtree/wheelhouse 2>/dev/null || true")
+        state_during = _in_container(lab2, "cat /var/lib/ddtree/state.json")
+    finally:
+        _in_container(lab2, "umount /opt/ddtree/envs")
+    assert result.exit_code == 1, result.output
+    message = json.loads(result.stdout)["error"]["message"]
+    assert "host lab-2 (" in message and f"building {env} failed at task" in message
+    assert "No space left on device" in message
+    assert "the partial environment was removed" in message
+    assert left_in_envs == "", f"a half-built env was left: {left_in_envs!r}"
+    assert left_staging == "", f"the copied wheelhouse was left: {left_staging!r}"
+    assert state_during == state_before, "state.json must still name the env that was complete"
+    # The real env is intact under the mount point, and a provision now finds it complete.
+    assert _in_container(lab2, f"test -f {env}/.ddtree-complete && echo ok").strip() == "ok"
+    again = _run("-c", config, "provision", "--hosts", "lab-2")
+    assert again.exit_code == 0 and "lab-2: up to date" in again.stdout, again.output
+    _wait_until_healthy(project, "lab-2")
