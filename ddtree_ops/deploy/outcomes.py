@@ -20,7 +20,7 @@ class ServiceOutcome:
     service: str
     port: int
     # deploy: healthy (a new release) | unchanged (its release was already installed, and it is healthy)
-    #   | unhealthy | mismatch | rolled back | stopped | not deployed | skipped;
+    #   | unhealthy | mismatch | rolled back | stopped | not deployed | skipped | interrupted (Ctrl-C);
     # rollback: rolled back | unhealthy | no previous release | not deployed | failed
     status: str
     release_id: str | None = None
@@ -49,7 +49,8 @@ class ServiceOutcome:
 @dataclass
 class HostDeployOutcome:
     host: str
-    status: str  # deployed | rolled back | failed | refused (env failed its manifest) | skipped
+    # deployed | rolled back | failed | refused (env failed its manifest) | skipped | interrupted (Ctrl-C)
+    status: str
     changed: int | None = None  # Ansible tasks changed on the host by the deploy playbook
     services: list[ServiceOutcome] = field(default_factory=list)
     error: str | None = None

@@ -90,109 +90,160 @@ def execute_deploy(
     """
     run = run_playbook
     deploy_id = deploy_id or new_deploy_id()
-    settings = plan.project.deploy
     say = progress or (lambda _msg: None)
     report = DeployReport(deploy_id=deploy_id, ok=True, hosts=[], warnings=list(plan.warnings))
 
     for index, host_plan in enumerate(plan.hosts):
-        host = host_plan.host
-        refusal = env_gate(host) if env_gate is not None else None
-        if refusal:
-            say(f"{host}: refused: its engine environment did not pass its ABI manifest")
-            report.ok = False
-            report.hosts.append(_refused_outcome(host_plan, refusal))
-            skipped = plan.hosts[index + 1 :]
-            report.hosts += [_skipped_outcome(later) for later in skipped]
-            lines = [f"deploy stopped at host {host!r}, which was not changed:", refusal]
-            if skipped:
-                lines.append(f"rollout stopped: host(s) {', '.join(h.host for h in skipped)} were not touched")
-            report.failure = "\n".join(lines)
-            report.failures = [failure_entry(host, None, refusal)]
+        try:
+            done = _deploy_host(plan, index, report, run, deploy_id, say, on_event, log_dir, unit_probe, env_gate)
+        except KeyboardInterrupt:
+            _interrupted(plan, index, report, deploy_id, say)
             break
-        with tempfile.TemporaryDirectory(prefix=f"ddtree-deploy-{host}-") as tmp:
-            report_dir = Path(tmp)
-            extravars = {
-                "ddtree_deploy_id": deploy_id,
-                "ddtree_deploy_runtime": plan.project.engine.install.mode,
-                "ddtree_deploy_services": [s.spec.as_vars() for s in host_plan.services],
-                "ddtree_deploy_report_dir": str(report_dir),
-            }
-            # Not "installing": a service whose rendered release is already current is left alone.
-            say(f"{host}: deploying {', '.join(s.service for s in host_plan.services)} (rollout {deploy_id})")
-            outcome = HostDeployOutcome(host=host, status="deployed")
-            report.hosts.append(outcome)
-            playbook_error: str | None = None
-            try:
-                result = run(
-                    DEPLOY_PLAYBOOK, plan.project, [plan.project.host(host)], extravars,
-                    on_event=on_event, log_dir=log_dir,
-                )  # fmt: skip
-                outcome.changed = changed_count(result, host)
-            except HostError as err:
-                playbook_error = str(err)
-
-            state = service_states(report_dir, host)
-            for s in host_plan.services:
-                entry = state.get(s.service) or {}
-                outcome.services.append(
-                    _service_outcome(
-                        s,
-                        "not deployed" if playbook_error else "pending",
-                        release_id=entry.get(STATE_CURRENT),
-                        previous_release_id=entry.get(STATE_PREVIOUS),
-                        release_changed=entry.get(STATE_DEPLOY_ID) == deploy_id,
-                    )
-                )
-
-            failed: list[tuple[ServiceOutcome, str]] = []
-            if playbook_error:
-                # Ansible's message names the failing task, and the task names name the service.
-                failed = [(s, "not deployed: the deploy playbook failed (below)") for s in outcome.services]
-            else:
-                changed = [o.service for o in outcome.services if o.release_changed]
-                say(_changed_line(host, outcome.services, changed))
-                say(f"{host}: waiting up to {settings.health_timeout_s:g}s for /health of each service")
-                gate = wait_healthy(
-                    [s.gate_target() for s in host_plan.services],
-                    timeout_s=settings.health_timeout_s,
-                    interval_s=settings.health_interval_s,
-                    # "healthy after 0.0s" of a service nobody restarted says nothing: only changed ones speak.
-                    progress=lambda line: say(line) if any(f"/{n}:" in line for n in changed) else None,
-                    unit_probe=unit_probe,
-                )
-                for service_outcome in outcome.services:
-                    result_for = gate[service_outcome.service]
-                    service_outcome.healthy_after_s = result_for.healthy_after_s
-                    if result_for.healthy:
-                        service_outcome.status = "healthy" if service_outcome.release_changed else "unchanged"
-                    else:
-                        service_outcome.status = "mismatch" if result_for.healthy_after_s is not None else "unhealthy"
-                        service_outcome.detail = result_for.reason
-                        failed.append((service_outcome, result_for.reason))
-                if not changed and not failed:
-                    say(f"{host}: up to date, nothing changed; {_settings_line(outcome.services)} healthy")
-
-            if not failed:
-                continue
-
-            outcome.status = "failed"
-            outcome.error = playbook_error or "; ".join(f"{s.service}: {reason}" for s, reason in failed)
-            report.ok = False
-            say(f"{host}: gate failed; rolling back what rollout {deploy_id} changed")
-            journals, rollback_note = _rollback_after_failure(
-                run, plan, host_plan, outcome, deploy_id, [s.service for s, _ in failed], on_event, log_dir, say,
-                unit_probe,
-            )  # fmt: skip
-            skipped = plan.hosts[index + 1 :]
-            report.hosts += [_skipped_outcome(later) for later in skipped]
-            report.failure = _failure_message(host, failed, journals, playbook_error, rollback_note, skipped)
-            report.failures = [
-                failure_entry(host, s.service, _with_journal(reason, journals.get(s.service))) for s, reason in failed
-            ]
-            if playbook_error:
-                report.failures.append(failure_entry(host, None, f"the deploy playbook failed: {playbook_error}"))
+        if done:
             break
     return report
+
+
+def _interrupted(plan: DeployPlan, index: int, report: DeployReport, deploy_id: str, say: Progress) -> None:
+    """Ctrl-C while host `index` was being deployed: say what state it may be in and what converges it."""
+    host_plan = plan.hosts[index]
+    host = host_plan.host
+    if not report.hosts or report.hosts[-1].host != host:
+        report.hosts.append(HostDeployOutcome(host=host, status="interrupted"))
+    outcome = report.hosts[-1]
+    outcome.status = "interrupted"
+    for service_outcome in outcome.services:
+        if service_outcome.status in ("pending", "healthy", "unchanged"):
+            service_outcome.status = "interrupted"
+    skipped = plan.hosts[index + 1 :]
+    report.hosts += [_skipped_outcome(later) for later in skipped]
+    report.ok = False
+    why = (
+        f"deploy interrupted (Ctrl-C) on host {host!r} (rollout {deploy_id}): its services may run the new "
+        "release without a passed health gate; run the same `ddtree-ops deploy` again to converge "
+        f"(releases already installed are kept), or `ddtree-ops rollback --hosts {host}`"
+    )
+    outcome.error = why
+    lines = [why]
+    if skipped:
+        lines.append(f"rollout stopped: host(s) {', '.join(h.host for h in skipped)} were not touched")
+    report.failure = "\n".join(lines)
+    report.failures = [failure_entry(host, None, why)]
+    say(f"{host}: interrupted")
+
+
+def _deploy_host(
+    plan: DeployPlan,
+    index: int,
+    report: DeployReport,
+    run: Callable[..., Any],
+    deploy_id: str,
+    say: Progress,
+    on_event: Callable[[dict], None] | None,
+    log_dir: str | Path | None,
+    unit_probe: UnitProbe | None,
+    env_gate: EnvGate | None,
+) -> bool:
+    """Deploy one host behind the gate (rolled back when it fails); True when the rollout stops here."""
+    settings = plan.project.deploy
+    host_plan = plan.hosts[index]
+    host = host_plan.host
+    refusal = env_gate(host) if env_gate is not None else None
+    if refusal:
+        say(f"{host}: refused: its engine environment did not pass its ABI manifest")
+        report.ok = False
+        report.hosts.append(_refused_outcome(host_plan, refusal))
+        skipped = plan.hosts[index + 1 :]
+        report.hosts += [_skipped_outcome(later) for later in skipped]
+        lines = [f"deploy stopped at host {host!r}, which was not changed:", refusal]
+        if skipped:
+            lines.append(f"rollout stopped: host(s) {', '.join(h.host for h in skipped)} were not touched")
+        report.failure = "\n".join(lines)
+        report.failures = [failure_entry(host, None, refusal)]
+        return True
+    with tempfile.TemporaryDirectory(prefix=f"ddtree-deploy-{host}-") as tmp:
+        report_dir = Path(tmp)
+        extravars = {
+            "ddtree_deploy_id": deploy_id,
+            "ddtree_deploy_runtime": plan.project.engine.install.mode,
+            "ddtree_deploy_services": [s.spec.as_vars() for s in host_plan.services],
+            "ddtree_deploy_report_dir": str(report_dir),
+        }
+        # Not "installing": a service whose rendered release is already current is left alone.
+        say(f"{host}: deploying {', '.join(s.service for s in host_plan.services)} (rollout {deploy_id})")
+        outcome = HostDeployOutcome(host=host, status="deployed")
+        report.hosts.append(outcome)
+        playbook_error: str | None = None
+        try:
+            result = run(
+                DEPLOY_PLAYBOOK, plan.project, [plan.project.host(host)], extravars,
+                on_event=on_event, log_dir=log_dir,
+            )  # fmt: skip
+            outcome.changed = changed_count(result, host)
+        except HostError as err:
+            playbook_error = str(err)
+
+        state = service_states(report_dir, host)
+        for s in host_plan.services:
+            entry = state.get(s.service) or {}
+            outcome.services.append(
+                _service_outcome(
+                    s,
+                    "not deployed" if playbook_error else "pending",
+                    release_id=entry.get(STATE_CURRENT),
+                    previous_release_id=entry.get(STATE_PREVIOUS),
+                    release_changed=entry.get(STATE_DEPLOY_ID) == deploy_id,
+                )
+            )
+
+        failed: list[tuple[ServiceOutcome, str]] = []
+        if playbook_error:
+            # Ansible's message names the failing task, and the task names name the service.
+            failed = [(s, "not deployed: the deploy playbook failed (below)") for s in outcome.services]
+        else:
+            changed = [o.service for o in outcome.services if o.release_changed]
+            say(_changed_line(host, outcome.services, changed))
+            say(f"{host}: waiting up to {settings.health_timeout_s:g}s for /health of each service")
+            gate = wait_healthy(
+                [s.gate_target() for s in host_plan.services],
+                timeout_s=settings.health_timeout_s,
+                interval_s=settings.health_interval_s,
+                # "healthy after 0.0s" of a service nobody restarted says nothing: only changed ones speak.
+                progress=lambda line: say(line) if any(f"/{n}:" in line for n in changed) else None,
+                unit_probe=unit_probe,
+            )
+            for service_outcome in outcome.services:
+                result_for = gate[service_outcome.service]
+                service_outcome.healthy_after_s = result_for.healthy_after_s
+                if result_for.healthy:
+                    service_outcome.status = "healthy" if service_outcome.release_changed else "unchanged"
+                else:
+                    service_outcome.status = "mismatch" if result_for.healthy_after_s is not None else "unhealthy"
+                    service_outcome.detail = result_for.reason
+                    failed.append((service_outcome, result_for.reason))
+            if not changed and not failed:
+                say(f"{host}: up to date, nothing changed; {_settings_line(outcome.services)} healthy")
+
+        if not failed:
+            return False
+
+        outcome.status = "failed"
+        outcome.error = playbook_error or "; ".join(f"{s.service}: {reason}" for s, reason in failed)
+        report.ok = False
+        say(f"{host}: gate failed; rolling back what rollout {deploy_id} changed")
+        journals, rollback_note = _rollback_after_failure(
+            run, plan, host_plan, outcome, deploy_id, [s.service for s, _ in failed], on_event, log_dir, say,
+            unit_probe,
+        )  # fmt: skip
+        skipped = plan.hosts[index + 1 :]
+        report.hosts += [_skipped_outcome(later) for later in skipped]
+        report.failure = _failure_message(host, failed, journals, playbook_error, rollback_note, skipped)
+        report.failures = [
+            failure_entry(host, s.service, _with_journal(reason, journals.get(s.service))) for s, reason in failed
+        ]
+        if playbook_error:
+            report.failures.append(failure_entry(host, None, f"the deploy playbook failed: {playbook_error}"))
+        return True
 
 
 def _service_outcome(plan: ServicePlan, status: str, **fields: Any) -> ServiceOutcome:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -137,6 +139,29 @@ def _result_text(res: dict) -> str:
     return "\n".join(parts) or "no message"
 
 
+@contextmanager
+def _cancel_on_sigint() -> Iterator[Callable[[], bool]]:
+    """While a playbook runs, Ctrl-C (SIGINT) cancels it instead of raising inside ansible-runner.
+
+    A KeyboardInterrupt inside ansible-runner's loop would leave ansible-playbook running on,
+    still changing hosts after ddtree-ops said it stopped (and racing a re-run). Instead the
+    handler sets a flag that ansible-runner polls (`cancel_callback`, every few seconds): it kills
+    ansible-playbook's process group, and `run_playbook` then raises KeyboardInterrupt. A module
+    already running on a host may still finish there; no host file is half-written either way
+    (Ansible's copy and template write a temp file beside the target and rename it).
+    Off the main thread (where signal handlers cannot be set) this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+    hit = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda _signum, _frame: hit.set())
+    try:
+        yield hit.is_set
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _tail(text: str, n: int = TAIL_LINES) -> str:
     return "\n".join(line for line in text.strip().splitlines()[-n:])
 
@@ -166,6 +191,7 @@ def run_playbook(
     Raises:
         HostError: a host was unreachable or a task failed (names the host, the reason, the log).
         ConfigError: the playbook or the ansible/ folder is missing.
+        KeyboardInterrupt: Ctrl-C: the playbook was cancelled (ansible-playbook killed) first.
     """
     import ansible_runner  # deferred on purpose: slow to import (~0.5 s), and only host-changing commands need it
 
@@ -194,7 +220,7 @@ def run_playbook(
 
     private_dir = Path(tempfile.mkdtemp(prefix="ddtree-runner-"))
     try:
-        with display(progress.table(title)) as show:
+        with display(progress.table(title)) as show, _cancel_on_sigint() as interrupted:
 
             def handle(event: dict) -> bool:
                 progress.feed(event)
@@ -211,11 +237,14 @@ def run_playbook(
                 extravars=extravars,
                 envvars=envvars,
                 event_handler=handle,
+                cancel_callback=interrupted,
                 quiet=True,
                 ident="run",
             )
         output = _read_stdout(private_dir)
         log_path.write_text(output)
+        if interrupted():
+            raise KeyboardInterrupt(f"{path.name} was cancelled (Ctrl-C); its log: {log_path}")
         stats = _stats(runner)
     finally:
         shutil.rmtree(private_dir, ignore_errors=True)

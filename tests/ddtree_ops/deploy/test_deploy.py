@@ -556,3 +556,22 @@ def test_errors_in_json_mode_are_one_json_document(config_file):
     # Without --json an error stays a line on stderr, stdout stays empty.
     plain = invoke(config_file, "deploy", "--hosts", "nope")
     assert plain.exit_code == 2 and plain.stdout == ""
+
+
+def test_ctrl_c_during_a_hosts_playbook_reports_it_interrupted_and_leaves_later_hosts_untouched():
+    calls = []
+
+    def interrupted_playbook(playbook, project, hosts, extravars, **_kwargs):
+        calls.append((playbook, [h.name for h in hosts]))
+        raise KeyboardInterrupt("deploy.yml was cancelled (Ctrl-C)")
+
+    report = execute_deploy(plan_deploy(parse_project(project_doc())), run_playbook=interrupted_playbook)
+    assert calls == [("deploy.yml", ["h1"])], "nothing after the interrupt: no rollback, no second host"
+    assert report.ok is False
+    assert [h.status for h in report.hosts] == ["interrupted", "skipped"]
+    assert "deploy interrupted (Ctrl-C) on host 'h1'" in report.failure
+    assert "run the same `ddtree-ops deploy` again to converge" in report.failure
+    assert "`ddtree-ops rollback --hosts h1`" in report.failure
+    assert "host(s) h2 were not touched" in report.failure
+    assert [(f["host"], f["service"]) for f in report.failures] == [("h1", None)]
+    validate({"command": "deploy", **report.to_dict()})

@@ -12,7 +12,10 @@ so this module can run before or after the other lab modules.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
+import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -71,13 +74,18 @@ def _wait_until_healthy(project, *hosts: str) -> None:
         time.sleep(3)
 
 
+REFUSE_SSH = "INPUT -p tcp --dport 22 -j REJECT --reject-with tcp-reset"
+
+
 @contextmanager
 def _sshd_stopped(container: str):
-    _in_container(container, "systemctl stop ssh.socket ssh.service 2>/dev/null; systemctl stop ssh")
+    """sshd stopped, and port 22 answered with a reset: new connections are refused, and so is the
+    SSH master connection Ansible keeps open for 60 s (ControlPersist), which outlives sshd's stop."""
+    _in_container(container, f"systemctl stop ssh && iptables -I {REFUSE_SSH}")
     try:
         yield
     finally:
-        _in_container(container, "systemctl start ssh")
+        _in_container(container, f"iptables -D {REFUSE_SSH}; systemctl start ssh")
 
 
 @contextmanager
@@ -284,3 +292,107 @@ def test_disk_full_during_provision_leaves_no_half_built_env(lab):
     again = _run("-c", config, "provision", "--hosts", "lab-2")
     assert again.exit_code == 0 and "lab-2: up to date" in again.stdout, again.output
     _wait_until_healthy(project, "lab-2")
+
+
+# ---- ddtree-ops deploy itself killed mid-rollout -------------------------------------------------
+
+
+def _children(pid: int) -> list[int]:
+    """Every descendant of `pid` (from /proc), e.g. the ansible-playbook a deploy runs."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        kids = [p for p, pp in parents.items() if pp == parent]
+        found += kids
+        frontier += kids
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+
+
+def _deploy_killed(config: str, sig: int, *args: str) -> tuple[int, str, list[int]]:
+    """Start `ddtree-ops deploy ARGS`, send `sig` a few seconds into lab-1's playbook; (rc, stderr, its children then)."""
+    argv = [str(Path(sys.executable).with_name("ddtree-ops")), "-c", config, "deploy", *args]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    started = threading.Event()
+
+    def read() -> None:
+        for line in proc.stderr:
+            lines.append(line)
+            if line.startswith("lab-1: deploying"):
+                started.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert started.wait(120), "deploy never started on lab-1:\n" + "".join(lines)
+    time.sleep(4)  # inside lab-1's deploy playbook (it takes ~20 s on the lab)
+    children = _children(proc.pid)
+    assert children, "the deploy playbook should be running now"
+    proc.send_signal(sig)
+    try:
+        rc = proc.wait(timeout=60 if sig == signal.SIGINT else 10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    reader.join(10)
+    return rc, "".join(lines), children
+
+
+def _converged(project, containers, budget: int, topk: int) -> None:
+    """Every service healthy with these settings; each installed unit and env file is its current
+    release's, byte for byte; no temp file left beside them."""
+    for host in project.hosts:
+        info = _server_info(project, host.name, "tree")
+        assert (info["speculative_ddtree_budget"], info["speculative_ddtree_topk"]) == (budget, topk), host.name
+        _server_info(project, host.name, "baseline")
+        state = json.loads(SSH.run(host, "cat /var/lib/ddtree/state.json"))
+        for service in ("baseline", "tree"):
+            release = f"/opt/ddtree/releases/{state['services'][service]['current']}"
+            SSH.run(host, f"cmp {release}/ddtree-{service}.service /etc/systemd/system/ddtree-{service}.service")
+            SSH.run(host, f"cmp {release}/{service}.env /etc/ddtree/{service}.env")
+        leftovers = _in_container(containers[host.name], "ls -A /etc/systemd/system /etc/ddtree /var/lib/ddtree | grep -i tmp || true")
+        assert leftovers == "", f"{host.name}: temp files left: {leftovers!r}"
+
+
+def test_deploy_interrupted_or_killed_mid_rollout_then_a_rerun_converges(lab):
+    config, project, containers = lab
+    second_before = _host_files(containers["lab-2"])
+
+    # Ctrl-C: the playbook is cancelled (ansible-playbook killed, not left running), lab-1 is named
+    # as interrupted with what to run, lab-2 is not touched, exit 1.
+    rc, stderr, children = _deploy_killed(config, signal.SIGINT, "--budget", "7", "--topk", "4")
+    assert rc == 1, stderr
+    assert "deploy interrupted (Ctrl-C) on host 'lab-1'" in stderr, stderr
+    assert "run the same `ddtree-ops deploy` again to converge" in stderr
+    assert "host(s) lab-2 were not touched" in stderr
+    assert "Traceback" not in stderr
+    time.sleep(2)
+    assert not [pid for pid in children if _alive(pid)], "the cancelled playbook is still running"
+    assert _host_files(containers["lab-2"]) == second_before
+
+    # The same deploy again converges on both hosts.
+    again = _run("-c", config, "deploy", "--budget", "7", "--topk", "4")
+    assert again.exit_code == 0, again.output
+    _converged(project, containers, 7, 4)
+
+    # SIGKILL (no chance to clean up) on the way back; the re-run converges too.
+    rc, stderr, children = _deploy_killed(config, signal.SIGKILL, "--budget", "15", "--topk", "8")
+    assert rc == -signal.SIGKILL, stderr
+    time.sleep(5)  # ansible-playbook loses its pty with its parent and ends on SIGHUP
+    assert not [pid for pid in children if _alive(pid)], "the killed deploy's playbook is still running"
+    again = _run("-c", config, "deploy", "--budget", "15", "--topk", "8")
+    assert again.exit_code == 0, again.output
+    _converged(project, containers, 15, 8)
