@@ -23,6 +23,7 @@ from ..service import server_info
 from ..service.client import ServiceClient
 
 UNIT_PROBE_INTERVAL_S = 5.0
+UNREACHABLE_PROBES = 3  # unit probes in a row that found the host unreachable over SSH: it is down
 UNIT_PROBE_PROPERTIES = ("ActiveState", "SubState", "Result", "NRestarts", "StartLimitBurst", "StartLimitIntervalUSec")
 
 
@@ -154,7 +155,11 @@ def wait_restored(
 
 
 def systemd_unit_probe(project: Project, transport: Transport = SSH) -> UnitProbe:
-    """A UnitProbe that asks the host's systemd over SSH (read-only); SSH trouble counts as 'no verdict'.
+    """A UnitProbe that asks the host's systemd over SSH (read-only).
+
+    One SSH failure is no verdict (a blip must not fail a deploy); UNREACHABLE_PROBES in a row
+    (about UNREACHABLE_PROBES × UNIT_PROBE_INTERVAL_S seconds, while /health does not answer 200
+    either) mean the host is down or cut off, and the gate stops waiting for it.
 
     Args:
         project: names the hosts.
@@ -162,6 +167,7 @@ def systemd_unit_probe(project: Project, transport: Transport = SSH) -> UnitProb
     Returns:
         the probe.
     """
+    misses: dict[tuple[str, str], int] = {}  # (host, service) -> SSH failures in a row
 
     def probe(target: GateTarget) -> str | None:
         unit = unit_name(target.service)
@@ -169,8 +175,13 @@ def systemd_unit_probe(project: Project, transport: Transport = SSH) -> UnitProb
             text = transport.run(
                 project.host(target.host), f"systemctl show -p {','.join(UNIT_PROBE_PROPERTIES)} {unit}", timeout_s=20
             )
-        except DdtreeOpsError:
+        except DdtreeOpsError as err:
+            key = (target.host, target.service)
+            misses[key] = misses.get(key, 0) + 1
+            if misses[key] >= UNREACHABLE_PROBES and "unreachable" in str(err):
+                return f"host {target.host} stopped answering (SSH and HTTP) while {unit} was starting: {err}"
             return None
+        misses[(target.host, target.service)] = 0
         return unit_given_up(unit, dict(line.split("=", 1) for line in text.splitlines() if "=" in line))
 
     return probe

@@ -345,7 +345,11 @@ def _rollback_after_failure(
         except DdtreeOpsError as err:
             outcome.status = "failed"
             journals = {s: journal_tail(report_dir, host, s) for s in failed_services}
-            return journals, f"rollback of {host!r} FAILED too: {err}"
+            when = f"when {host} answers again" if "unreachable" in str(err) else "once that is fixed"
+            return journals, (
+                f"rollback of {host!r} FAILED too: {err}\n  {when}, its services may run the new release: "
+                f"run the same `ddtree-ops deploy` again to converge, or `ddtree-ops rollback --hosts {host}`"
+            )
         journals = {s: journal_tail(report_dir, host, s) for s in failed_services}
         state = service_states(report_dir, host)
 

@@ -64,3 +64,37 @@ def test_the_probe_asks_systemd_for_the_limit_and_the_result():
     assert command.startswith("systemctl show -p ") and command.endswith(" ddtree-tree.service")
     for prop in ("Result", "NRestarts", "StartLimitBurst", "StartLimitIntervalUSec"):
         assert prop in command
+
+
+class Flaky(Systemd):
+    """Answers with `props`, except while `down` is set: then ssh's own 'unreachable' (exit 255)."""
+
+    def __init__(self, props):
+        super().__init__(props)
+        self.down = False
+
+    def call(self, host, remote_command, *, timeout_s, input_text=None, stdin=None, connect_timeout_s=10):
+        if self.down:
+            return subprocess.CompletedProcess(remote_command, 255, "", "ssh: connect to host 127.0.0.1 port 22: No route to host")
+        return super().call(host, remote_command, timeout_s=timeout_s)
+
+
+def test_a_host_unreachable_for_three_probes_in_a_row_ends_the_wait_and_one_blip_does_not():
+    project = parse_project({
+        "hosts": [{"name": "h1", "address": "127.0.0.1"}],
+        "engine": {"target": "lab", "draft": "lab"},
+        "services": [{"name": "tree", "algorithm": "ddtree", "port": 30001, "budget": 15, "topk": 8}],
+    })  # fmt: skip
+    starting = {**CRASH_LOOPED, "ActiveState": "activating", "SubState": "start", "NRestarts": "0"}
+    ssh = Flaky(starting)
+    probe = systemd_unit_probe(project, ssh)
+    target = GateTarget("h1", "tree", "http://127.0.0.1:30001", None)
+    ssh.down = True
+    assert probe(target) is None and probe(target) is None, "two misses are a blip"
+    ssh.down = False
+    assert probe(target) is None, "an answer resets the count"
+    ssh.down = True
+    assert probe(target) is None and probe(target) is None
+    why = probe(target)
+    assert why is not None and why.startswith("host h1 stopped answering (SSH and HTTP) while ddtree-tree.service was starting")
+    assert "unreachable over SSH" in why and "No route to host" in why

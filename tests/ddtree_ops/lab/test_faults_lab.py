@@ -28,6 +28,7 @@ from click.testing import CliRunner
 import ddtree_ops.cli.compare as compare_cli
 from ddtree_ops.cli import cli
 from ddtree_ops.config import load_project
+from ddtree_ops.exceptions import HostError
 from ddtree_ops.health.check import run_healthcheck
 from ddtree_ops.hosts.ssh import SSH
 
@@ -209,7 +210,10 @@ def test_a_service_killed_during_compare_fails_that_run_and_the_others_complete(
     assert first["error"], "the run that met the killed service must be reported failed"
     assert {(r["host"], r["service"]) for r in failed} == {("lab-1", "tree")}
     assert all(r["error"] is None for r in runs if r["host"] == "lab-2" or r["service"] == "baseline")
+    # Only lab-1/tree's runs are failures: a prompt whose tree runs all failed was compared with
+    # nothing, which is not a lossless failure.
     assert {(f["host"], f["service"]) for f in doc["failures"]} == {("lab-1", "tree")}, doc["failures"]
+    assert not [f for f in doc["failures"] if "lossless" in f["message"]]
     assert any("prompt 'code' run 0:" in f["message"] for f in doc["failures"])
     assert all(p["lossless"]["ok"] for p in doc["prompts"] if p["host"] == "lab-2")
     assert "lab-1/tree: prompt 'code' run 0" in result.stderr
@@ -395,4 +399,73 @@ def test_deploy_interrupted_or_killed_mid_rollout_then_a_rerun_converges(lab):
     assert not [pid for pid in children if _alive(pid)], "the killed deploy's playbook is still running"
     again = _run("-c", config, "deploy", "--budget", "15", "--topk", "8")
     assert again.exit_code == 0, again.output
+    _converged(project, containers, 15, 8)
+
+
+# ---- a host stopped in the middle of deploy ------------------------------------------------------
+
+
+def _wait_for_ssh(host, timeout_s: float = 180) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            SSH.run(host, "systemctl is-system-running --wait >/dev/null || true", timeout_s=60)
+            return
+        except HostError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(2)
+
+
+def _address(container: str) -> str:
+    return _docker("inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", container).strip()
+
+
+def test_a_host_stopped_during_its_health_gate_is_reported_and_a_rerun_after_it_returns_converges(lab):
+    config, project, containers = lab
+    lab1 = containers["lab-1"]
+    address = _address(lab1)
+    second_before = _host_files(containers["lab-2"])
+    argv = [str(Path(sys.executable).with_name("ddtree-ops")), "-c", config, "deploy", "--budget", "7", "--topk", "4"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    gate = threading.Event()
+
+    def read() -> None:
+        for line in proc.stderr:
+            lines.append(line)
+            if line.startswith("lab-1: waiting up to"):
+                gate.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert gate.wait(180), "lab-1 never reached its health gate:\n" + "".join(lines)
+        _docker("stop", "-t", "5", lab1)  # the new release is installed and starting: the host goes away
+        stopped = time.monotonic()
+        rc = proc.wait(timeout=400)
+        took = time.monotonic() - stopped
+        reader.join(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _docker("start", lab1)
+    stderr = "".join(lines)
+    assert rc == 1, stderr
+    assert "deploy failed on host 'lab-1'" in stderr
+    assert "host lab-1 stopped answering (SSH and HTTP) while ddtree-" in stderr, stderr
+    assert "rollback of 'lab-1' FAILED too: host lab-1 (" in stderr and "unreachable over SSH" in stderr
+    assert "when lab-1 answers again, its services may run the new release: run the same `ddtree-ops deploy` again" in stderr
+    assert "host(s) lab-2 were not touched" in stderr
+    assert took < 240, f"deploy took {took:.0f}s to give up on a stopped host: it should not wait out the 900 s gate"
+    assert _host_files(containers["lab-2"]) == second_before
+
+    # Back up (same address on the lab network), the same deploy converges, and the fleet goes back.
+    assert _address(lab1) == address, "docker gave the restarted host another address: the project file no longer fits"
+    _wait_for_ssh(project.host("lab-1"))
+    again = _run("-c", config, "deploy", "--budget", "7", "--topk", "4")
+    assert again.exit_code == 0, again.output
+    _converged(project, containers, 7, 4)
+    back = _run("-c", config, "deploy", "--budget", "15", "--topk", "8")
+    assert back.exit_code == 0, back.output
     _converged(project, containers, 15, 8)
