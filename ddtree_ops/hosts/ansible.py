@@ -143,11 +143,13 @@ def _result_text(res: dict) -> str:
 def _cancel_on_sigint() -> Iterator[Callable[[], bool]]:
     """While a playbook runs, Ctrl-C (SIGINT) cancels it instead of raising inside ansible-runner.
 
-    A KeyboardInterrupt inside ansible-runner's loop would leave ansible-playbook running on,
-    still changing hosts after ddtree-ops said it stopped (and racing a re-run). Instead the
+    Left to itself, ansible-runner installs SIGINT and SIGTERM handlers of its own and never puts
+    the old ones back: a cancelled playbook then ends as "failed" (not as an interrupt), and a
+    Ctrl-C after the first playbook (in deploy's health gate, say) is swallowed. Instead, this
     handler sets a flag that ansible-runner polls (`cancel_callback`, every few seconds): it kills
-    ansible-playbook's process group, and `run_playbook` then raises KeyboardInterrupt. A module
-    already running on a host may still finish there; no host file is half-written either way
+    ansible-playbook's process group, `run_playbook` raises KeyboardInterrupt, and the previous
+    handler is back. The task already running (in an Ansible worker of its own session) may still
+    finish on its host; no further task starts, and no host file is half-written either way
     (Ansible's copy and template write a temp file beside the target and rename it).
     Off the main thread (where signal handlers cannot be set) this does nothing.
     """
