@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 
 from ..deploy.gate import systemd_unit_probe
-from ..deploy.outcomes import DeployReport, RollbackReport
+from ..deploy.outcomes import DeployInterrupted, DeployReport, RollbackReport
 from ..deploy.plan import plan_deploy
 from ..deploy.rollback import execute_rollback
 from ..deploy.rollout import execute_deploy, stored_manifest_gate
@@ -90,7 +90,8 @@ def deploy(ctx, budget, topk, services_, hosts, json_):
     \b
     Exit codes:
       0  every service healthy (or already up to date)
-      1  a host was refused or failed its gate (it was rolled back; later hosts untouched)
+      1  a host was refused or failed its gate (it was rolled back; later hosts untouched),
+         or Ctrl-C (the host being deployed is reported interrupted; later hosts untouched)
       2  bad input (unknown host or service, --budget < 0); no host was touched
     """
     project = project_from(ctx)
@@ -105,13 +106,16 @@ def deploy(ctx, budget, topk, services_, hosts, json_):
     for warning in plan.warnings:
         click.echo(f"warning: {warning}", err=True)
     seams = seams_from(ctx)
-    report = execute_deploy(
-        plan,
-        progress=say,
-        run_playbook=seams.run_playbook,
-        unit_probe=systemd_unit_probe(plan.project, seams.transport),
-        env_gate=stored_manifest_gate(plan.project, seams.transport),
-    )
+    try:
+        report = execute_deploy(
+            plan,
+            progress=say,
+            run_playbook=seams.run_playbook,
+            unit_probe=systemd_unit_probe(plan.project, seams.transport),
+            env_gate=stored_manifest_gate(plan.project, seams.transport),
+        )
+    except DeployInterrupted as interrupted:  # Ctrl-C: the report says where, and what converges it
+        report = interrupted.report
     _render(ctx, report, f"deploy {report.deploy_id}", json_)
 
 

@@ -87,6 +87,15 @@ class DeployReport:
         return _envelope(self.deploy_id, self.ok, self.hosts, self.warnings, self.failures)
 
 
+class DeployInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a rollout. Still a KeyboardInterrupt (a sweep stops on it as on any Ctrl-C);
+    `report` says which host was interrupted, that later hosts were not touched, and what converges it."""
+
+    def __init__(self, report: DeployReport):
+        super().__init__(report.failure)
+        self.report = report
+
+
 @dataclass
 class RollbackReport:
     rollback_id: str

@@ -24,6 +24,7 @@ from ..provision.manifest import read_env_verdict
 from ..progress import Progress
 from .gate import GateTarget, UnitProbe, wait_healthy, wait_restored
 from .outcomes import (
+    DeployInterrupted,
     DeployReport,
     HostDeployOutcome,
     ServiceOutcome,
@@ -87,6 +88,9 @@ def execute_deploy(
     Returns:
         a DeployReport; `ok` is False when a host failed (it was rolled back, and later hosts were
         not touched) and `failure` says which host and service, why, and the journal tail.
+    Raises:
+        DeployInterrupted: Ctrl-C (a KeyboardInterrupt); its `report` names the host that was being
+            deployed as "interrupted" and the later hosts as skipped.
     """
     run = run_playbook
     deploy_id = deploy_id or new_deploy_id()
@@ -98,7 +102,7 @@ def execute_deploy(
             done = _deploy_host(plan, index, report, run, deploy_id, say, on_event, log_dir, unit_probe, env_gate)
         except KeyboardInterrupt:
             _interrupted(plan, index, report, deploy_id, say)
-            break
+            raise DeployInterrupted(report) from None
         if done:
             break
     return report

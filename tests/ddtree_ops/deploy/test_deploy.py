@@ -25,6 +25,7 @@ import subprocess
 from ddtree_ops.cli import cli
 from ddtree_ops.cli.common import Seams
 from ddtree_ops.config import parse_project
+from ddtree_ops.deploy.outcomes import DeployInterrupted
 from ddtree_ops.deploy.outcomes import journal_tail as _journal_tail
 from ddtree_ops.deploy.plan import plan_deploy, server_info_mismatches
 from ddtree_ops.deploy.rollback import execute_rollback
@@ -565,7 +566,10 @@ def test_ctrl_c_during_a_hosts_playbook_reports_it_interrupted_and_leaves_later_
         calls.append((playbook, [h.name for h in hosts]))
         raise KeyboardInterrupt("deploy.yml was cancelled (Ctrl-C)")
 
-    report = execute_deploy(plan_deploy(parse_project(project_doc())), run_playbook=interrupted_playbook)
+    with pytest.raises(DeployInterrupted) as interrupted:  # still a KeyboardInterrupt: a sweep stops on it
+        execute_deploy(plan_deploy(parse_project(project_doc())), run_playbook=interrupted_playbook)
+    assert isinstance(interrupted.value, KeyboardInterrupt)
+    report = interrupted.value.report
     assert calls == [("deploy.yml", ["h1"])], "nothing after the interrupt: no rollback, no second host"
     assert report.ok is False
     assert [h.status for h in report.hosts] == ["interrupted", "skipped"]
