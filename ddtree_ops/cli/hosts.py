@@ -8,7 +8,20 @@ from ..hosts.trust import trust_hosts
 from .common import InOrderGroup, config_option, emit_json, json_option, project_from, split_names
 
 
-@click.group(cls=InOrderGroup)
+@click.group(
+    cls=InOrderGroup,
+    epilog="""\b
+Examples:
+  ddtree-ops hosts trust                   # record every host's SSH keys (their fingerprints are shown)
+  ddtree-ops hosts trust gpu-1 --replace   # gpu-1 was re-keyed: record its new keys
+
+\b
+Exit codes:
+  0  done
+  1  a host did not answer, or offers other keys than recorded (and no --replace)
+  2  bad input (project file, unknown host): no host was contacted
+""",
+)
 def hosts() -> None:
     """The project's hosts: which SSH host keys ddtree-ops accepts from them.
 
