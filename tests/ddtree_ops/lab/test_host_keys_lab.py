@@ -52,9 +52,10 @@ def one_host_lab(tmp_path_factory):
     except DockerUnavailable as err:
         pytest.skip(f"lab tests need Docker: {err}")
     lab_dir = tmp_path_factory.mktemp("keys") / "lab"
-    report = lab.up(1, lab_dir)
-    yield report
-    lab.down(lab_dir)
+    try:  # a failed `up` leaves nothing behind either
+        yield lab.up(1, lab_dir)
+    finally:
+        lab.down(lab_dir)
 
 
 def test_lab_up_records_the_hosts_own_keys_and_ssh_checks_them(one_host_lab):
