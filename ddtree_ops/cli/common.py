@@ -250,7 +250,7 @@ def _command_words(group: click.Group, tokens: list[str]) -> str:
 
 class InOrderGroup(click.Group):
     """A click group that lists its commands in the order they were added (the order of the flow:
-    `init, lab, doctor, provision, …`; `lab up, status, down`), not alphabetically."""
+    `init, lab, hosts, doctor, provision, …`; `lab up, status, down`), not alphabetically."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(self.commands)
