@@ -23,3 +23,10 @@ class CheckFailed(DdtreeOpsError):
     """A check ran and found a problem."""
 
     exit_code = 1
+
+
+class HostKeyError(HostError):
+    """A host's SSH key is not recorded in the project's known_hosts, or differs from the one recorded:
+    nothing was run on it (`ddtree-ops hosts trust HOST [--replace]` records it)."""
+
+    exit_code = 1

@@ -86,12 +86,24 @@ def project_path(explicit: str | None) -> Path:
         note = f"using the lab's project file {lab_config} (no -c, no ${CONFIG_ENV}, no ./{DEFAULT_CONFIG_NAME})"
         click.echo(note, err=True)
         return lab_config
+    here = labs_here()
+    found = (
+        " A lab made here with `lab up --dir`: " + "; ".join(f"`export {CONFIG_ENV}={c}` (or `-c {c}`)" for c in here) + "."
+        if here else ""
+    )  # fmt: skip
     raise ConfigError(
-        f"no project file: no -c PATH, no ${CONFIG_ENV}, no ./{DEFAULT_CONFIG_NAME} and no lab's at {lab_config}. "
+        f"no project file: no -c PATH, no ${CONFIG_ENV}, no ./{DEFAULT_CONFIG_NAME} and no lab's at {lab_config}.{found} "
         f"Name one with `export {CONFIG_ENV}=/path/to/ddtree.yaml` (a lab made with `lab up --dir DIR`: "
         f"`export {CONFIG_ENV}=DIR/{CONFIG_NAME}`), write one with `ddtree-ops init`, or start the default "
         "lab with `ddtree-ops lab up` (then commands find its file)"
     )
+
+
+def labs_here() -> list[Path]:
+    """The project files of labs in the current folder or one level below (`lab up --dir ./.lab`), by their
+    `lab.json`: named in the "no project file" error with the exact line to use, never read by themselves."""
+    markers = [Path(MARKER), *sorted(Path().glob(f"*/{MARKER}"))]
+    return [(m.parent / CONFIG_NAME).absolute() for m in markers if m.exists() and (m.parent / CONFIG_NAME).exists()]
 
 
 CONFIG_KEY = "ddtree_ops.config_path"  # in the root context's `meta`: fresh for every invocation
@@ -238,7 +250,7 @@ def _command_words(group: click.Group, tokens: list[str]) -> str:
 
 class InOrderGroup(click.Group):
     """A click group that lists its commands in the order they were added (the order of the flow:
-    `init, lab, doctor, provision, …`; `lab up, status, down`), not alphabetically."""
+    `init, lab, hosts, doctor, provision, …`; `lab up, status, down`), not alphabetically."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(self.commands)
