@@ -118,12 +118,32 @@ class DeploySettings(_Strict):
     metrics_log_interval: int = Field(32, ge=1)  # verify steps between DDTREE metrics journal lines
 
 
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
 class Project(_Strict):
     version: Literal[1] = 1
     hosts: list[Host] = Field(min_length=1)
     engine: Engine
     services: list[Service] = Field(min_length=1)
     deploy: DeploySettings = DeploySettings()
+    # Where the services' API key comes from (never the key itself): the name of an environment variable
+    # of the caller, or a file (0600, relative to this file's folder). Neither: $DDTREE_API_KEY, if set.
+    api_key_env: str | None = Field(None, pattern=ENV_NAME_PATTERN)
+    api_key_file: str | None = Field(None, min_length=1)
+
+    @field_validator("api_key_file")
+    @classmethod
+    def _key_file_is_a_path(cls, path: str | None) -> str | None:
+        if path is not None and "\n" in path:
+            raise ValueError("a path, not the key itself: put the key in a file (chmod 600) and name that file here")
+        return path
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> Project:
+        if self.api_key_env is not None and self.api_key_file is not None:
+            raise ValueError("api_key_env and api_key_file both name the API key: keep one")
+        return self
 
     @model_validator(mode="wrap")
     @classmethod
