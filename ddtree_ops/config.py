@@ -19,6 +19,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from . import knowledge
 from .exceptions import ConfigError
 from .state import known_hosts_file
+from .yaml_errors import yaml_error_message
 
 DEFAULT_CONFIG_NAME = "ddtree.yaml"
 CONFIG_ENV = "DDTREE_CONFIG"
@@ -147,6 +148,9 @@ class DeploySettings(_Strict):
     metrics_log_interval: int = Field(32, ge=1)  # verify steps between DDTREE metrics journal lines
 
 
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
 class Project(_Strict):
     version: Literal[1] = 1
     hosts: list[Host] = Field(min_length=1)
@@ -154,6 +158,23 @@ class Project(_Strict):
     services: list[Service] = Field(min_length=1)
     deploy: DeploySettings = DeploySettings()
     ssh: ProjectSsh = ProjectSsh()
+    # Where the services' API key comes from (never the key itself): the name of an environment variable
+    # of the caller, or a file (0600, relative to this file's folder). Neither: $DDTREE_API_KEY, if set.
+    api_key_env: str | None = Field(None, pattern=ENV_NAME_PATTERN)
+    api_key_file: str | None = Field(None, min_length=1)
+
+    @field_validator("api_key_file")
+    @classmethod
+    def _key_file_is_a_path(cls, path: str | None) -> str | None:
+        if path is not None and "\n" in path:
+            raise ValueError("a path, not the key itself: put the key in a file (chmod 600) and name that file here")
+        return path
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> Project:
+        if self.api_key_env is not None and self.api_key_file is not None:
+            raise ValueError("api_key_env and api_key_file both name the API key: keep one")
+        return self
 
     @model_validator(mode="wrap")
     @classmethod
@@ -403,37 +424,3 @@ def load_project(path: str | os.PathLike | None = None) -> Project:
     except yaml.YAMLError as err:
         raise ConfigError(yaml_error_message(err, p, text)) from None
     return parse_project(data, str(p), p)
-
-
-def yaml_error_message(err: yaml.YAMLError, path: str | os.PathLike, text: str) -> str:
-    """`ddtree.yaml:7:3: not valid YAML: <problem>`, the offending line quoted with a caret under the column.
-
-    PyYAML names the stream `<unicode string>` when it parses text; this names the file instead.
-
-    Args:
-        err: what yaml.safe_load raised.
-        path: the file the text came from.
-        text: the file's text (to quote the line).
-    Returns:
-        the message of the ConfigError.
-    """
-    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
-    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-    context = getattr(err, "context", None)
-    if mark is None:
-        return f"{path}: not valid YAML: {problem}"
-    line, column = mark.line + 1, mark.column + 1
-    message = f"{path}:{line}:{column}: not valid YAML: {problem}"
-    context_mark = getattr(err, "context_mark", None)
-    if context and context_mark is not None and context_mark.line != mark.line:
-        message += f" ({context} at line {context_mark.line + 1})"
-    elif context:
-        message += f" ({context})"
-    lines = text.splitlines()
-    if 0 < line <= len(lines):
-        source_line = lines[line - 1]
-        quoted = source_line.replace("\t", " ")  # one column per tab, so the caret stays under it
-        message += f"\n  {line:>4} | {quoted}\n       | {' ' * mark.column}^"
-        if "\t" in source_line:
-            message += "\n  YAML indents with spaces, not tabs"
-    return message

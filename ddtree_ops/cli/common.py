@@ -20,8 +20,10 @@ from rich.table import Table
 from ..config import CONFIG_ENV, DEFAULT_CONFIG_NAME, Project, load_project
 from ..exceptions import ConfigError, DdtreeOpsError
 from ..hosts.ansible import run_playbook
+from ..hosts.lock import DEFAULT_LOCK_TIMEOUT_S, host_locks
 from ..hosts.ssh import SSH, Transport
 from ..lab.identity import CONFIG_NAME, MARKER, default_lab_dir
+from ..service.api_key import export_api_key, resolve_api_key
 from . import envelope
 
 
@@ -156,8 +158,15 @@ def with_config_option(command: click.Command) -> click.Command:
 
 
 def project_from(ctx: click.Context) -> Project:
-    """The validated project file for this invocation (raises ConfigError, exit 2); see `project_path`."""
-    return load_project(project_path(ctx.find_root().meta.get(CONFIG_KEY)))
+    """The validated project file for this invocation (raises ConfigError, exit 2); see `project_path`.
+
+    Its API key source (`api_key_env` / `api_key_file`) is checked too, and the key becomes this process's
+    `$DDTREE_API_KEY`, where deploy and the HTTP client read it (`service/api_key.py`).
+    """
+    path = project_path(ctx.find_root().meta.get(CONFIG_KEY))
+    project = load_project(path)
+    export_api_key(resolve_api_key(project, path.parent))
+    return project
 
 
 def next_step(ctx: click.Context, command: str, why: str = "") -> None:
@@ -211,6 +220,21 @@ def hosts_from(command: str, option_values: tuple[str, ...], positional: tuple[s
             err=True,
         )
     return split_names(tuple(option_values) + tuple(positional))
+
+
+def lock_timeout_option(f):
+    """Decorator: `--lock-timeout SECONDS`, how long to wait for another run's lock on a host (`lock_timeout`)."""
+    return click.option(
+        "--lock-timeout", "lock_timeout", type=click.FloatRange(min=0), default=DEFAULT_LOCK_TIMEOUT_S, show_default=True,
+        help="Seconds to wait when another ddtree-ops run holds a host's lock; then exit 1 naming it (0: do not wait).",
+    )(f)  # fmt: skip
+
+
+@contextmanager
+def locked(ctx: click.Context, hosts: list, operation: str, timeout_s: float) -> Iterator[None]:
+    """Hold the lock of each of `hosts` on the host itself (hosts/lock.py) while the body changes them."""
+    with host_locks(hosts, operation=operation, timeout_s=timeout_s, transport=seams_from(ctx).transport, progress=say):
+        yield
 
 
 def _mark_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:

@@ -68,6 +68,22 @@ class Transport:
             return subprocess.run(argv, stdin=stdin, capture_output=True, text=True, timeout=timeout_s)
         return subprocess.run(argv, input=input_text, capture_output=True, text=True, timeout=timeout_s)
 
+    def open(self, host: Host, remote_command: str, *, connect_timeout_s: int = 10) -> subprocess.Popen:
+        """Start `remote_command` on `host` and return the running `ssh` (text pipes on stdin, stdout, stderr).
+
+        For a session that must outlive one call (hosts/lock.py holds a lock for as long as it runs): closing
+        its stdin ends it. The caller reads and waits.
+
+        Raises:
+            FileNotFoundError: there is no ssh client on this machine.
+        """
+        argv = ssh_argv(host, remote_command, connect_timeout_s=connect_timeout_s)
+        # Keep-alives: this end notices within a minute when the host has gone away under a held session.
+        argv[1:1] = ["-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=3"]
+        return subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1
+        )
+
     def exec(
         self,
         host: Host,

@@ -354,7 +354,9 @@ def test_bad_chat_params_are_400(client):
 
 
 def test_api_key_guards_v1_only(server_engine):
-    app = create_app(server_engine, ServerSettings(api_key="s3cret"))
+    settings = ServerSettings(api_key="s3cret")
+    assert "s3cret" not in repr(settings) and "s3cret" not in str(settings), "settings may be logged; the key never"
+    app = create_app(server_engine, settings)
     with TestClient(app) as c:
         wait_healthy(c)
         req = {"prompt": "hi", "max_tokens": 2, "temperature": 0}
