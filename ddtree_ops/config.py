@@ -17,9 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from . import knowledge
-from .exceptions import ConfigError
+from .exceptions import ConfigError, yaml_error_message
 from .state import known_hosts_file
-from .yaml_errors import yaml_error_message
 
 DEFAULT_CONFIG_NAME = "ddtree.yaml"
 CONFIG_ENV = "DDTREE_CONFIG"
