@@ -13,14 +13,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from . import knowledge
-from .exceptions import ConfigError
+from .exceptions import ConfigError, yaml_error_message
+from .state import known_hosts_file
 
 DEFAULT_CONFIG_NAME = "ddtree.yaml"
 CONFIG_ENV = "DDTREE_CONFIG"
+DEFAULT_KNOWN_HOSTS_NAME = "known_hosts"  # beside the project file unless `ssh.known_hosts` says otherwise
 
 Algorithm = Literal["ar", "dflash", "ddtree"]
 HybridMode = Literal["safe", "spine", "unsafe"]
@@ -42,6 +44,33 @@ class Host(_Strict):
     ssh: SshSettings = SshSettings()
     # GPU UUIDs in index order (from the probe); services pin by UUID through these indexes.
     gpus: list[str] = []
+    # Set by `parse_project` from the project-level `ssh.known_hosts` (not keys of the file): where this
+    # host's SSH key is recorded, and the project file to name in `ddtree-ops hosts trust` advice.
+    _known_hosts: Path | None = PrivateAttr(None)
+    _project_file: Path | None = PrivateAttr(None)
+
+    @property
+    def known_hosts(self) -> Path:
+        """The known_hosts file SSH checks this host's key against (the state dir's for a host made outside a project)."""
+        return self._known_hosts if self._known_hosts is not None else known_hosts_file()
+
+    @property
+    def project_file(self) -> Path | None:
+        """The project file this host was read from, if any."""
+        return self._project_file
+
+    def bound_to(self, known_hosts: str | os.PathLike, project_file: str | os.PathLike | None = None) -> Host:
+        """A copy of this host whose SSH checks its key against `known_hosts` (set by the loader; the lab uses it too)."""
+        copy = self.model_copy()
+        copy._known_hosts = Path(known_hosts)
+        copy._project_file = Path(project_file) if project_file is not None else None
+        return copy
+
+
+class ProjectSsh(_Strict):
+    # Where the hosts' SSH host keys are recorded (`ddtree-ops hosts trust`); relative paths are
+    # relative to the project file's folder. None: `known_hosts` beside the project file.
+    known_hosts: str | None = None
 
 
 class InstallSettings(_Strict):
@@ -118,12 +147,33 @@ class DeploySettings(_Strict):
     metrics_log_interval: int = Field(32, ge=1)  # verify steps between DDTREE metrics journal lines
 
 
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
 class Project(_Strict):
     version: Literal[1] = 1
     hosts: list[Host] = Field(min_length=1)
     engine: Engine
     services: list[Service] = Field(min_length=1)
     deploy: DeploySettings = DeploySettings()
+    ssh: ProjectSsh = ProjectSsh()
+    # Where the services' API key comes from (never the key itself): the name of an environment variable
+    # of the caller, or a file (0600, relative to this file's folder). Neither: $DDTREE_API_KEY, if set.
+    api_key_env: str | None = Field(None, pattern=ENV_NAME_PATTERN)
+    api_key_file: str | None = Field(None, min_length=1)
+
+    @field_validator("api_key_file")
+    @classmethod
+    def _key_file_is_a_path(cls, path: str | None) -> str | None:
+        if path is not None and "\n" in path:
+            raise ValueError("a path, not the key itself: put the key in a file (chmod 600) and name that file here")
+        return path
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> Project:
+        if self.api_key_env is not None and self.api_key_file is not None:
+            raise ValueError("api_key_env and api_key_file both name the API key: keep one")
+        return self
 
     @model_validator(mode="wrap")
     @classmethod
@@ -329,14 +379,34 @@ def format_validation_error(err: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
-def parse_project(data: object, source: str = "ddtree.yaml") -> Project:
-    """Validate an already-parsed document; raises ConfigError naming every bad key."""
+def parse_project(data: object, source: str = "ddtree.yaml", path: str | os.PathLike | None = None) -> Project:
+    """Validate an already-parsed document; raises ConfigError naming every bad key.
+
+    Args:
+        data: the parsed YAML document.
+        source: how error messages name the document.
+        path: the project file it came from: `ssh.known_hosts` is relative to its folder, and
+            `hosts trust` advice names it. None: a document with no file (relative to the current folder).
+    Returns:
+        the project; each host is bound to the project's known_hosts file (`Host.known_hosts`).
+    """
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the project file must be a YAML mapping (hosts:, engine:, services:)")
     try:
-        return Project.model_validate(data)
+        project = Project.model_validate(data)
     except ValidationError as err:
         raise ConfigError(format_validation_error(err, source)) from None
+    known_hosts = known_hosts_path(project, path)
+    hosts = [h.bound_to(known_hosts, path) for h in project.hosts]
+    return project.model_copy(update={"hosts": hosts})
+
+
+def known_hosts_path(project: Project, path: str | os.PathLike | None) -> Path:
+    """The project's known_hosts file: `ssh.known_hosts` (relative to the project file's folder), else
+    `known_hosts` beside the project file (the current folder for a document with no file)."""
+    folder = Path(path).parent if path is not None else Path(".")
+    configured = Path(project.ssh.known_hosts).expanduser() if project.ssh.known_hosts else Path(DEFAULT_KNOWN_HOSTS_NAME)
+    return (folder / configured).absolute()
 
 
 def load_project(path: str | os.PathLike | None = None) -> Project:
@@ -352,38 +422,4 @@ def load_project(path: str | os.PathLike | None = None) -> Project:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise ConfigError(yaml_error_message(err, p, text)) from None
-    return parse_project(data, str(p))
-
-
-def yaml_error_message(err: yaml.YAMLError, path: str | os.PathLike, text: str) -> str:
-    """`ddtree.yaml:7:3: not valid YAML: <problem>`, the offending line quoted with a caret under the column.
-
-    PyYAML names the stream `<unicode string>` when it parses text; this names the file instead.
-
-    Args:
-        err: what yaml.safe_load raised.
-        path: the file the text came from.
-        text: the file's text (to quote the line).
-    Returns:
-        the message of the ConfigError.
-    """
-    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
-    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-    context = getattr(err, "context", None)
-    if mark is None:
-        return f"{path}: not valid YAML: {problem}"
-    line, column = mark.line + 1, mark.column + 1
-    message = f"{path}:{line}:{column}: not valid YAML: {problem}"
-    context_mark = getattr(err, "context_mark", None)
-    if context and context_mark is not None and context_mark.line != mark.line:
-        message += f" ({context} at line {context_mark.line + 1})"
-    elif context:
-        message += f" ({context})"
-    lines = text.splitlines()
-    if 0 < line <= len(lines):
-        source_line = lines[line - 1]
-        quoted = source_line.replace("\t", " ")  # one column per tab, so the caret stays under it
-        message += f"\n  {line:>4} | {quoted}\n       | {' ' * mark.column}^"
-        if "\t" in source_line:
-            message += "\n  YAML indents with spaces, not tabs"
-    return message
+    return parse_project(data, str(p), p)

@@ -1,6 +1,7 @@
 """Where ddtree-ops keeps its own files on the control node (XDG layout, overridable for tests).
 
-- state: logs of every Ansible run, SSH known_hosts (`$DDTREE_STATE_DIR`, else ~/.local/state/ddtree-ops)
+- state: logs of every Ansible run, the SSH known_hosts of hosts made outside a project file
+  (`$DDTREE_STATE_DIR`, else ~/.local/state/ddtree-ops)
 - cache: wheelhouses and the lab's root filesystem (`$DDTREE_CACHE_DIR`, else ~/.cache/ddtree-ops)
 """
 
@@ -31,7 +32,7 @@ def log_dir() -> Path:
 
 
 def known_hosts_file() -> Path:
-    """The SSH known_hosts ddtree-ops uses (kept apart from the user's own)."""
+    """The known_hosts of a Host made outside a project file (a project's hosts use the project's: `Host.known_hosts`)."""
     return state_dir() / "known_hosts"
 
 

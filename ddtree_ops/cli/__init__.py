@@ -12,13 +12,14 @@ import sys
 
 import click
 
-from . import compare, deploy, doctor, health, init_cmd, lab, provision, sweep
+from . import compare, deploy, doctor, health, hosts, init_cmd, lab, provision, sweep
 from .common import DdtreeGroup, config_option, with_config_option
 
 # The order of the flow: what a new user runs first comes first in `ddtree-ops --help`.
 COMMANDS: tuple[click.Command, ...] = (
     init_cmd.init,
     lab.lab,
+    hosts.hosts,
     doctor.doctor,
     provision.provision,
     deploy.deploy,
@@ -29,7 +30,7 @@ COMMANDS: tuple[click.Command, ...] = (
     deploy.undeploy,
 )
 # Every command that reads the project file takes `-c FILE` after its name too (`init` takes it itself:
-# the file it writes); `lab` makes its own project file, so it takes none.
+# the file it writes); `lab` makes its own project file, so it takes none; `hosts trust` takes it itself.
 READS_PROJECT = ("doctor", "provision", "deploy", "healthcheck", "compare", "sweep", "rollback", "undeploy")
 
 
@@ -48,6 +49,7 @@ def cli(ctx: click.Context) -> None:
     Examples:
       ddtree-ops init                          # write an annotated ./ddtree.yaml, then edit it
       ddtree-ops lab up                        # or: two local Docker hosts and their ddtree.yaml
+      ddtree-ops hosts trust                   # record the hosts' SSH keys (shows their fingerprints)
       ddtree-ops doctor                        # this machine and every host: tools, SSH, probe, lock
       ddtree-ops provision --plan              # the lock each host would get; changes nothing
       ddtree-ops provision                     # build the engine env on every host

@@ -20,8 +20,10 @@ from rich.table import Table
 from ..config import CONFIG_ENV, DEFAULT_CONFIG_NAME, Project, load_project
 from ..exceptions import ConfigError, DdtreeOpsError
 from ..hosts.ansible import run_playbook
+from ..hosts.lock import DEFAULT_LOCK_TIMEOUT_S, host_locks
 from ..hosts.ssh import SSH, Transport
 from ..lab.identity import CONFIG_NAME, MARKER, default_lab_dir
+from ..service.api_key import export_api_key, resolve_api_key
 from . import envelope
 
 
@@ -86,12 +88,24 @@ def project_path(explicit: str | None) -> Path:
         note = f"using the lab's project file {lab_config} (no -c, no ${CONFIG_ENV}, no ./{DEFAULT_CONFIG_NAME})"
         click.echo(note, err=True)
         return lab_config
+    here = labs_here()
+    found = (
+        " A lab made here with `lab up --dir`: " + "; ".join(f"`export {CONFIG_ENV}={c}` (or `-c {c}`)" for c in here) + "."
+        if here else ""
+    )  # fmt: skip
     raise ConfigError(
-        f"no project file: no -c PATH, no ${CONFIG_ENV}, no ./{DEFAULT_CONFIG_NAME} and no lab's at {lab_config}. "
+        f"no project file: no -c PATH, no ${CONFIG_ENV}, no ./{DEFAULT_CONFIG_NAME} and no lab's at {lab_config}.{found} "
         f"Name one with `export {CONFIG_ENV}=/path/to/ddtree.yaml` (a lab made with `lab up --dir DIR`: "
         f"`export {CONFIG_ENV}=DIR/{CONFIG_NAME}`), write one with `ddtree-ops init`, or start the default "
         "lab with `ddtree-ops lab up` (then commands find its file)"
     )
+
+
+def labs_here() -> list[Path]:
+    """The project files of labs in the current folder or one level below (`lab up --dir ./.lab`), by their
+    `lab.json`: named in the "no project file" error with the exact line to use, never read by themselves."""
+    markers = [Path(MARKER), *sorted(Path().glob(f"*/{MARKER}"))]
+    return [(m.parent / CONFIG_NAME).absolute() for m in markers if m.exists() and (m.parent / CONFIG_NAME).exists()]
 
 
 CONFIG_KEY = "ddtree_ops.config_path"  # in the root context's `meta`: fresh for every invocation
@@ -144,8 +158,15 @@ def with_config_option(command: click.Command) -> click.Command:
 
 
 def project_from(ctx: click.Context) -> Project:
-    """The validated project file for this invocation (raises ConfigError, exit 2); see `project_path`."""
-    return load_project(project_path(ctx.find_root().meta.get(CONFIG_KEY)))
+    """The validated project file for this invocation (raises ConfigError, exit 2); see `project_path`.
+
+    Its API key source (`api_key_env` / `api_key_file`) is checked too, and the key becomes this process's
+    `$DDTREE_API_KEY`, where deploy and the HTTP client read it (`service/api_key.py`).
+    """
+    path = project_path(ctx.find_root().meta.get(CONFIG_KEY))
+    project = load_project(path)
+    export_api_key(resolve_api_key(project, path.parent))
+    return project
 
 
 def next_step(ctx: click.Context, command: str, why: str = "") -> None:
@@ -201,6 +222,21 @@ def hosts_from(command: str, option_values: tuple[str, ...], positional: tuple[s
     return split_names(tuple(option_values) + tuple(positional))
 
 
+def lock_timeout_option(f):
+    """Decorator: `--lock-timeout SECONDS`, how long to wait for another run's lock on a host (`lock_timeout`)."""
+    return click.option(
+        "--lock-timeout", "lock_timeout", type=click.FloatRange(min=0), default=DEFAULT_LOCK_TIMEOUT_S, show_default=True,
+        help="Seconds to wait when another ddtree-ops run holds a host's lock; then exit 1 naming it (0: do not wait).",
+    )(f)  # fmt: skip
+
+
+@contextmanager
+def locked(ctx: click.Context, hosts: list, operation: str, timeout_s: float) -> Iterator[None]:
+    """Hold the lock of each of `hosts` on the host itself (hosts/lock.py) while the body changes them."""
+    with host_locks(hosts, operation=operation, timeout_s=timeout_s, transport=seams_from(ctx).transport, progress=say):
+        yield
+
+
 def _mark_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
     # Remembered on the root so that an error ending the command is written as JSON too.
     if value:
@@ -238,7 +274,7 @@ def _command_words(group: click.Group, tokens: list[str]) -> str:
 
 class InOrderGroup(click.Group):
     """A click group that lists its commands in the order they were added (the order of the flow:
-    `init, lab, doctor, provision, …`; `lab up, status, down`), not alphabetically."""
+    `init, lab, hosts, doctor, provision, …`; `lab up, status, down`), not alphabetically."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(self.commands)

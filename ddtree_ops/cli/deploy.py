@@ -15,11 +15,11 @@ from ..deploy.rollback import execute_rollback
 from ..deploy.rollout import execute_deploy, stored_manifest_gate
 from ..deploy.undeploy import execute_undeploy, plan_undeploy
 from ..exceptions import ConfigError
-from .common import emit_json, hosts_option, json_option, project_from, say, seams_from, split_names
+from ..service.api_key import API_KEY_ENV
+from .common import (
+    emit_json, hosts_option, json_option, lock_timeout_option, locked, project_from, say, seams_from, split_names,
+)  # fmt: skip
 from .render import console
-
-API_KEY_ENV = "DDTREE_API_KEY"
-
 
 def _names(value: str | None, option: str) -> list[str] | None:
     if value is None:
@@ -70,17 +70,21 @@ def _render(ctx: click.Context, report: DeployReport | RollbackReport, title: st
 @click.option("--topk", type=int, default=None, help="Candidates per depth for the ddtree service(s).")
 @click.option("--services", "services_", default=None, metavar="A,B", help="Only these services (default: all).")
 @hosts_option
+@lock_timeout_option
 @json_option
 @click.pass_context
-def deploy(ctx, budget, topk, services_, hosts, json_):
+def deploy(ctx, budget, topk, services_, hosts, lock_timeout, json_):
     """Install the services as new releases, one host at a time, each gated on /health.
 
     A host whose engine environment failed (or lacks) its ABI manifest is not touched and the
     rollout stops there. A host whose services do not become healthy (or report other settings
     in /server_info) is rolled back to its previous release and the rollout stops: later hosts are untouched.
-    A DDTREE_API_KEY in the environment is written to each service's env file. A service whose
+    The API key (the project file's api_key_env or api_key_file, else $DDTREE_API_KEY) is written to each
+    service's env file (0600) and nowhere else on the host. A service whose
     release is already installed is left alone: a second identical deploy says "up to date,
-    nothing changed" and shows the settings deployed.
+    nothing changed" and shows the settings deployed. Each host is locked on the host for the whole run
+    (/var/lib/ddtree/deploy.lock): a second deploy, rollback, undeploy or sweep of it waits up to
+    --lock-timeout, then exits 1 naming the run that holds it; the lock ends with its run, even a killed one.
 
     \b
     Examples:
@@ -91,8 +95,10 @@ def deploy(ctx, budget, topk, services_, hosts, json_):
     Exit codes:
       0  every service healthy (or already up to date)
       1  a host was refused or failed its gate (it was rolled back; later hosts untouched),
-         or Ctrl-C (the host being deployed is reported interrupted; later hosts untouched)
-      2  bad input (unknown host or service, --budget < 0); no host was touched
+         another run holds a host's lock (nothing was changed), or Ctrl-C (the host being
+         deployed is reported interrupted; later hosts untouched)
+      2  bad input (unknown host or service, --budget < 0, an api_key_file open to others);
+         no host was touched
     """
     project = project_from(ctx)
     plan = plan_deploy(
@@ -107,13 +113,14 @@ def deploy(ctx, budget, topk, services_, hosts, json_):
         click.echo(f"warning: {warning}", err=True)
     seams = seams_from(ctx)
     try:
-        report = execute_deploy(
-            plan,
-            progress=say,
-            run_playbook=seams.run_playbook,
-            unit_probe=systemd_unit_probe(plan.project, seams.transport),
-            env_gate=stored_manifest_gate(plan.project, seams.transport),
-        )
+        with locked(ctx, [plan.project.host(h.host) for h in plan.hosts], "deploy", lock_timeout):
+            report = execute_deploy(
+                plan,
+                progress=say,
+                run_playbook=seams.run_playbook,
+                unit_probe=systemd_unit_probe(plan.project, seams.transport),
+                env_gate=stored_manifest_gate(plan.project, seams.transport),
+            )
     except DeployInterrupted as interrupted:  # Ctrl-C: the report says where, and what converges it
         report = interrupted.report
     _render(ctx, report, f"deploy {report.deploy_id}", json_)
@@ -122,9 +129,10 @@ def deploy(ctx, budget, topk, services_, hosts, json_):
 @click.command()
 @click.option("--services", "services_", default=None, metavar="A,B", help="Only these services (default: all).")
 @hosts_option
+@lock_timeout_option
 @json_option
 @click.pass_context
-def rollback(ctx, services_, hosts, json_):
+def rollback(ctx, services_, hosts, lock_timeout, json_):
     """Point services back at their previous release and restart them, one host at a time.
 
     Services without a previous release (or not deployed) are left as they are: when that is
@@ -139,19 +147,22 @@ def rollback(ctx, services_, hosts, json_):
     \b
     Exit codes:
       0  every service with a previous release is back on it and healthy
-      1  nothing to roll back, a host failed, or a restored service is not healthy
+      1  nothing to roll back, a host failed, a restored service is not healthy, or another run
+         holds a host's lock (--lock-timeout; nothing was changed)
       2  bad input (unknown host or service); no host was touched
     """
     project = project_from(ctx)
     seams = seams_from(ctx)
-    report = execute_rollback(
-        project,
-        services=_names(services_, "--services"),
-        hosts=split_names(hosts) or None,
-        progress=say,
-        run_playbook=seams.run_playbook,
-        unit_probe=systemd_unit_probe(project, seams.transport),
-    )
+    services, host_names = _names(services_, "--services"), split_names(hosts) or None
+    with locked(ctx, project.select_hosts(host_names), "rollback", lock_timeout):
+        report = execute_rollback(
+            project,
+            services=services,
+            hosts=host_names,
+            progress=say,
+            run_playbook=seams.run_playbook,
+            unit_probe=systemd_unit_probe(project, seams.transport),
+        )
     _render(ctx, report, report.rollback_id, json_)
 
 
@@ -160,9 +171,10 @@ def rollback(ctx, services_, hosts, json_):
 @hosts_option
 @click.option("--all", "all_", is_flag=True, help="Every service of the project file on every host.")
 @click.option("--yes", "-y", "yes", is_flag=True, help="Do not ask for confirmation (scripts).")
+@lock_timeout_option
 @json_option
 @click.pass_context
-def undeploy(ctx, services_, hosts, all_, yes, json_):
+def undeploy(ctx, services_, hosts, all_, yes, lock_timeout, json_):
     """Stop, disable and remove services from hosts, one host at a time.
 
     Their releases stay on disk, and so does the engine env (or image). A service no longer in
@@ -178,7 +190,7 @@ def undeploy(ctx, services_, hosts, all_, yes, json_):
     \b
     Exit codes:
       0  removed (or there was nothing to remove)
-      1  a host failed (later hosts untouched)
+      1  a host failed (later hosts untouched), or another run holds a host's lock (nothing changed)
       2  bad input, or nothing selected and not confirmed (no --all, no --yes, no terminal)
     """
     if all_ and (services_ or hosts):
@@ -188,9 +200,10 @@ def undeploy(ctx, services_, hosts, all_, yes, json_):
     pairs = plan_undeploy(project, services, hosts)  # unknown names: exit 2 before any question
     if not (all_ or services or hosts):
         _confirm_remove_everything(pairs, yes)
-    report = execute_undeploy(
-        project, services=services, hosts=hosts, progress=say, run_playbook=seams_from(ctx).run_playbook,
-    )  # fmt: skip
+    with locked(ctx, [host for host, _names in pairs], "undeploy", lock_timeout):
+        report = execute_undeploy(
+            project, services=services, hosts=hosts, progress=say, run_playbook=seams_from(ctx).run_playbook,
+        )  # fmt: skip
     if json_:
         emit_json(report.to_dict())
     else:

@@ -17,7 +17,7 @@ from ..sweep.execute import SweepResult, execute_sweep, fresh_state, resume_plan
 from ..sweep.plan import parse_apply, parse_int_list, plan_sweep, tree_service_name
 from ..sweep.report import TABLE_COLUMNS, recommendation_line, table_rows
 from ..sweep.run import DRAIN_TIMEOUT_S, SweepSeams
-from .common import emit_json, hosts_option, json_option, project_from, seams_from, split_names
+from .common import emit_json, hosts_option, json_option, lock_timeout_option, locked, project_from, seams_from, split_names
 from .render import console
 
 DEFAULT_RUNS = 3
@@ -73,10 +73,11 @@ def _render(result: SweepResult) -> None:
 @click.option("--drain-timeout", type=click.FloatRange(min=0, min_open=True), default=DRAIN_TIMEOUT_S, show_default=True,
               help="Seconds to wait for a service to hold no request before redeploying it.")  # fmt: skip
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True, help="Seconds per request.")
+@lock_timeout_option
 @json_option
 @click.pass_context
 def sweep(ctx, budgets, topks, services_, baseline, hosts, runs, max_tokens, prompts_file, out_dir, apply_, resume_dir,
-          drain_timeout, timeout, json_):  # fmt: skip
+          drain_timeout, timeout, lock_timeout, json_):  # fmt: skip
     """Find the best tree budget and topk: redeploy the tree service with each, measure it against the baseline.
 
     One host at a time and one configuration at a time: drain the tree service (no request in
@@ -100,8 +101,9 @@ def sweep(ctx, budgets, topks, services_, baseline, hosts, runs, max_tokens, pro
     \b
     Exit codes:
       0  every configuration measured, every service left where it should be
-      1  a service was unhealthy at the start (nothing touched), a configuration failed, a
-         service could not be put back, or the sweep was interrupted (resume with --resume)
+      1  a service was unhealthy at the start (nothing touched), another run holds a host's lock
+         (nothing touched), a configuration failed, a service could not be put back, or the
+         sweep was interrupted (resume with --resume)
       2  bad input (empty list, budget < 0, topk < 1, duplicate configurations, unknown host or
          service, a tree service that is not ddtree, --resume without a sweep); nothing contacted
     """
@@ -132,8 +134,11 @@ def sweep(ctx, budgets, topks, services_, baseline, hosts, runs, max_tokens, pro
     for warning in plan.warnings:
         click.echo(f"warning: {warning}", err=True)
     seams = seams_from(ctx)
+    # Every host it may redeploy is locked from its first change to its end (after the read-only preflight).
+    lock = lambda hosts: locked(ctx, hosts, "sweep", lock_timeout)  # noqa: E731
     result = execute_sweep(
-        plan, prompts, state, progress=_progress(), seams=SweepSeams(run_playbook=seams.run_playbook, transport=seams.transport),
+        plan, prompts, state, progress=_progress(),
+        seams=SweepSeams(run_playbook=seams.run_playbook, transport=seams.transport, lock=lock),
         drain_timeout_s=drain_timeout, timeout_s=timeout,
     )  # fmt: skip
     if json_:

@@ -11,7 +11,7 @@ from ..exceptions import ConfigError
 from ..service import server_info
 from ..service.client import base_url
 from .gate import GateTarget
-from .units import UnitSpec, unit_spec
+from .units import UnitSpec, api_key_line, unit_spec
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,7 @@ class DeployPlan:
     project: Project  # with the command-line overrides applied
     hosts: list[HostPlan]
     warnings: list[str] = field(default_factory=list)
+    api_key_line: str = field(default="", repr=False)  # the env files' key line (units.api_key_line)
 
 
 def select_services(project: Project, names: list[str] | tuple[str, ...] | None) -> list[Service]:
@@ -177,7 +178,7 @@ def plan_deploy(
             f"nothing to deploy: none of the selected services ({', '.join(overridden)}) runs on the selected "
             f"hosts ({', '.join(h.name for h in selected_hosts)}); check services[].hosts"
         )
-    return DeployPlan(project=project, hosts=host_plans, warnings=warnings)
+    return DeployPlan(project=project, hosts=host_plans, warnings=warnings, api_key_line=api_key_line(api_key))
 
 
 def server_info_mismatches(info: dict[str, Any], plan: ServicePlan) -> list[str]:

@@ -172,6 +172,7 @@ def _deploy_host(
             "ddtree_deploy_runtime": plan.project.engine.install.mode,
             "ddtree_deploy_services": [s.spec.as_vars() for s in host_plan.services],
             "ddtree_deploy_report_dir": str(report_dir),
+            "ddtree_deploy_api_key_line": plan.api_key_line,
         }
         # Not "installing": a service whose rendered release is already current is left alone.
         say(f"{host}: deploying {', '.join(s.service for s in host_plan.services)} (rollout {deploy_id})")

@@ -8,6 +8,12 @@ in `ps` and `/proc/PID/cmdline`. The launcher adds `--api-key` from the environm
 file) to `sys.argv` inside the process, then runs the module exactly as `-m` does (runpy with
 `alter_sys`, so multiprocessing's spawned children import `sglang.launch_server` as `-m` makes them).
 The key is in neither the unit, nor release.json, nor the kernel's view of the command line.
+
+SGLang logs its ServerArgs at startup, `api_key` included, and that would put the key in the journal. So
+when a key is set, the launcher first forks a small pump (REDACTOR) that stands between the process's
+stdout/stderr (inherited by every process SGLang spawns) and the journal, and replaces the key's bytes with
+`<redacted>`. It is a process, not a thread, so a SIGKILLed server still gets its last lines through; it
+ignores SIGTERM/SIGINT and ends when the last writer has closed its pipes.
 """
 
 from __future__ import annotations
@@ -26,8 +32,45 @@ COMMON_FLAGS = ["--disable-overlap-schedule", "--attention-backend", "triton", "
 SGLANG_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 
 
+REDACTED = b"<redacted>"
+# Run by the launcher (exec) when a key is set: `redact_output(key)` puts the pump between fds 1, 2 and the
+# journal. No `$` or `%` (systemd would expand them in ExecStart), no quote of the other kind than repr's.
+REDACTOR = """
+def redact_output(key):
+    import select, signal
+    secret = key.encode()
+    ends = [(fd, os.pipe(), os.dup(fd)) for fd in (1, 2)]
+    if os.fork() == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        outs, carry = {}, {}
+        for fd, (r, w), journal in ends:
+            os.close(w)
+            outs[r], carry[r] = journal, b""
+        while outs:
+            for r in select.select(list(outs), [], [])[0]:
+                chunk = os.read(r, 65536)
+                data = (carry[r] + chunk).replace(secret, REDACTED)
+                keep = 0
+                if chunk:
+                    keep = next((n for n in range(min(len(secret) - 1, len(data)), 0, -1) if data.endswith(secret[:n])), 0)
+                carry[r], data = data[len(data) - keep:], data[:len(data) - keep]
+                while data:
+                    data = data[os.write(outs[r], data):]
+                if not chunk:
+                    del outs[r]
+        os._exit(0)
+    for fd, (r, w), journal in ends:
+        os.dup2(w, fd)
+        for end in (r, w, journal):
+            os.close(end)
+"""
+
+
 def launcher(module: str = SGLANG_MODULE, key_env: str = API_KEY_ENV) -> str:
     """The `python -c` program that runs `module` as `python -m` would, `--api-key $key_env` first when set.
+
+    With a key, the process's output (and its children's) first goes through REDACTOR's pump.
 
     Args:
         module: the module to run as `__main__`.
@@ -37,6 +80,7 @@ def launcher(module: str = SGLANG_MODULE, key_env: str = API_KEY_ENV) -> str:
     """
     return (
         f"import os, runpy, sys; key = os.environ.get('{key_env}'); "
+        f"REDACTED = {REDACTED!r}; exec({REDACTOR!r}); key and redact_output(key); "
         "sys.argv[1:1] = ['--api-key', key] if key else []; "
         f"runpy.run_module('{module}', run_name='__main__', alter_sys=True)"
     )

@@ -20,7 +20,7 @@ from ..hosts.layout import ENV_FILE_DIR, IMAGE_ENV_DIR, container_name, env_file
 from ..provision.kinds import lock_kind
 from ..provision.modes import install_mode
 from ..state import repo_root
-from .sglang_command import sglang_args
+from .sglang_command import API_KEY_ENV, sglang_args
 
 ROLE_DIR = repo_root() / "ansible" / "roles" / "ddtree_deploy"
 TEMPLATES_DIR = ROLE_DIR / "templates"
@@ -121,17 +121,24 @@ def unit_environment(uuids: list[str]) -> dict[str, str]:
     return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(uuids)}
 
 
-def env_file_values(service: Service, *, api_key: str | None = None) -> dict[str, str]:
-    """The contents of `/etc/ddtree/<service>.env` (mode 0600: the API key lives only there)."""
-    values = {
+def env_file_values(service: Service) -> dict[str, str]:
+    """The contents of `/etc/ddtree/<service>.env` but the API key (`api_key_line`), which is carried apart."""
+    return {
         "PYTHONUNBUFFERED": "1",
         # Hosts may have no network; models come from local paths or the engine package.
         "HF_HUB_OFFLINE": "1",
         "DDTREE_SERVICE": service.name,
     }
-    if api_key:
-        values["DDTREE_API_KEY"] = api_key
-    return values
+
+
+def api_key_line(api_key: str | None) -> str:
+    """The env-file line `DDTREE_API_KEY="…"` (empty without a key).
+
+    It reaches the role as its own variable (`ddtree_deploy_api_key_line`), never inside a service's
+    variables: Ansible prints a loop's item (the whole service) when a task of that loop fails, and
+    that output is kept in the log and quoted in the error.
+    """
+    return f"{API_KEY_ENV}={env_file_quote(api_key)}" if api_key else ""
 
 
 def systemd_quote(arg: str) -> str:
@@ -168,6 +175,7 @@ class UnitSpec:
     runtime: str = "venv"  # venv | container (engine.install.mode)
     container_args: list[str] = field(default_factory=list)
     executable: str = EXECUTABLES["reference"]  # in the env's bin/ (venv mode)
+    api_key_line: str = field(default="", repr=False)  # the env file's key line; not in `as_vars`
 
     @property
     def unit(self) -> str:
@@ -210,7 +218,8 @@ def unit_spec(
     Returns:
         the UnitSpec. Raises ConfigError for GPU pins the host cannot satisfy and settings the backend cannot run.
     """
-    env_file = env_file_values(service, api_key=api_key)
+    env_file = env_file_values(service)
+    env_names = [*env_file, *([API_KEY_ENV] if api_key else [])]
     container = install_mode(engine.install.mode).builds_image
     if engine.backend == "sglang":
         args = sglang_args(service, engine, host=SERVE_HOST)
@@ -227,8 +236,9 @@ def unit_spec(
         unit_environment={} if container else unit_environment(gpu_uuids(service, host)),
         env_file=env_file,
         runtime=engine.install.mode,
-        container_args=container_run_args(service, host, engine, list(env_file)) if container else [],
+        container_args=container_run_args(service, host, engine, env_names) if container else [],
         executable=EXECUTABLES[engine.backend],
+        api_key_line=api_key_line(api_key),
     )
 
 
@@ -262,5 +272,10 @@ def render_unit(spec: UnitSpec, env_path: str, image: str = "", **overrides) -> 
 
 
 def render_env_file(spec: UnitSpec, **overrides) -> str:
-    variables = {**role_defaults(), "ddtree_deploy_service": spec.as_vars(), **overrides}
+    variables = {
+        **role_defaults(),
+        "ddtree_deploy_service": spec.as_vars(),
+        "ddtree_deploy_api_key_line": spec.api_key_line,
+        **overrides,
+    }
     return _jinja_env().get_template("service.env.j2").render(**variables)

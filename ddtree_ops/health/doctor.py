@@ -27,6 +27,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..config import Host, Project
 from ..exceptions import DdtreeOpsError, HostError
+from ..hosts.known_hosts import host_key_message, host_key_problem
 from ..hosts.layout import ENVS_DIR, env_dir, image_record_dir
 from ..hosts.probe import HostFacts, probe_host
 from ..hosts.ssh import SSH, Transport
@@ -180,10 +181,11 @@ def host_checks(
     except FileNotFoundError:
         reachable, why = False, "the ssh client is not installed here"
     if not reachable:
-        checks.append(Check(name, "reachable", "fail", f"unreachable over SSH ({target}): {why or 'no message'}"))
-        for later in ("probe", "lock", "manifest", "drift"):
-            checks.append(Check(name, later, "skip", "host unreachable"))
-        return checks
+        key_problem = host_key_problem(why)  # a refused host key is not an unreachable host: say how to trust it
+        detail = host_key_message(host, key_problem, why) if key_problem else f"unreachable over SSH ({target}): {why or 'no message'}"
+        checks.append(Check(name, "reachable", "fail", detail))
+        skipped = "host key refused" if key_problem else "host unreachable"
+        return checks + [Check(name, later, "skip", skipped) for later in ("probe", "lock", "manifest", "drift")]
     checks.append(Check(name, "reachable", "ok", target))
 
     progress(f"doctor: {name}: probing")

@@ -22,10 +22,11 @@ from pathlib import Path
 from rich.table import Table
 
 from ..config import Host, Project
-from ..exceptions import ConfigError, HostError
+from ..exceptions import ConfigError, HostError, HostKeyError
 from ..state import log_dir as default_log_dir
 from ..state import repo_root
 from .inventory import build_inventory
+from .known_hosts import host_key_message, host_key_problem
 
 ANSIBLE_DIR_ENV = "DDTREE_ANSIBLE_DIR"
 TAIL_LINES = 25
@@ -212,6 +213,8 @@ def run_playbook(
         "ANSIBLE_CONFIG": str(ansible_dir() / "ansible.cfg"),
         "ANSIBLE_ROLES_PATH": str(ansible_dir() / "roles"),
         "ANSIBLE_NOCOLOR": "1",
+        # ansible-runner sets this to False unless told otherwise: Ansible would then switch ssh's checking off.
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
         # ansible-playbook must be the one installed beside this Python, not some other on PATH.
         "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
     }
@@ -279,11 +282,16 @@ def _read_stdout(private_dir: Path) -> str:
 
 
 def _raise_on_failure(result: PlaybookResult, hosts: list[Host], progress: _Progress, output: str) -> None:
-    problems = []
+    problems, key_refused = [], False
     for h in hosts:
         outcome = result.hosts[h.name]
         messages = "; ".join(progress.hosts[h.name].messages) or "see the log"
-        if outcome.unreachable:
+        # Ansible reports a refused host key as "unreachable", with ssh's own words in the message.
+        problem = host_key_problem(messages) if outcome.unreachable else None
+        if problem is not None:
+            key_refused = True
+            problems.append(host_key_message(h, problem, messages))
+        elif outcome.unreachable:
             key = f"-i {h.ssh.key} " if h.ssh.key else ""
             problems.append(
                 f"host {h.name} ({h.address}:{h.ssh.port}) is unreachable over SSH: {messages}; "
@@ -295,7 +303,8 @@ def _raise_on_failure(result: PlaybookResult, hosts: list[Host], progress: _Prog
         return
     if not problems:
         problems.append(f"ansible-playbook ended {result.status} (rc {result.rc})")
-    raise HostError(
+    error = HostKeyError if key_refused else HostError
+    raise error(
         "\n".join(problems)
         + f"\n--- last lines of the Ansible output ---\n{_tail(output)}\n--- full log: {result.log_path}"
     )

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from ..config import Host, Project
+from .ssh import host_key_options
 
-# Host keys are not verified: lab hosts get new keys on every `lab up`, and `hosts/ssh.py` (every
-# other SSH command) makes the same choice, so both paths see hosts the same way.
-SSH_COMMON_ARGS = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o ConnectTimeout=15"
+# Host keys are checked against the project's known_hosts, as by every other SSH command (`hosts/ssh.py`
+# gives the options); `ansible_host_key_checking` keeps Ansible from switching ssh's checking off itself.
+SSH_COMMON_OPTIONS = ("StrictHostKeyChecking=yes", "LogLevel=ERROR", "ConnectTimeout=15")
+
+
+def ssh_common_args(host: Host) -> str:
+    """`ansible_ssh_common_args` for `host`: one `-o` per option, each shell-quoted (Ansible splits it like a shell)."""
+    options = (*SSH_COMMON_OPTIONS, *host_key_options(host))
+    return " ".join(f"-o {shlex.quote(option)}" for option in options)
 
 
 def host_vars(host: Host) -> dict:
@@ -17,7 +25,9 @@ def host_vars(host: Host) -> dict:
         "ansible_host": host.address,
         "ansible_user": host.ssh.user,
         "ansible_port": host.ssh.port,
-        "ansible_ssh_common_args": SSH_COMMON_ARGS,
+        "ansible_ssh_common_args": ssh_common_args(host),
+        # Above every config and environment setting (ansible-runner turns it off in the environment).
+        "ansible_host_key_checking": True,
         # The host's system python runs Ansible's modules; the engine gets its own venv.
         "ansible_python_interpreter": "/usr/bin/python3",
     }

@@ -8,6 +8,7 @@
 /etc/ddtree/<service>.env            0600; secrets (API key) live only here
 /etc/systemd/system/ddtree-<service>.service
 /var/lib/ddtree/state.json           current and previous release per service, the env or image
+/var/lib/ddtree/deploy.lock          flock(1)ed while deploy, rollback, undeploy or sweep changes the host
 ```
 
 The Ansible roles receive these values as variables (or carry the same defaults, named there).
@@ -26,6 +27,9 @@ IMAGE_ENV_DIR = f"{ROOT}/env"  # the engine's env inside the engine image
 ENV_FILE_DIR = "/etc/ddtree"
 UNIT_DIR = "/etc/systemd/system"
 STATE_PATH = "/var/lib/ddtree/state.json"
+# Held (flock) by the SSH session of the ddtree-ops run changing the host's services; it holds the holder's
+# description (hosts/lock.py) while held.
+LOCK_PATH = "/var/lib/ddtree/deploy.lock"
 MANIFEST_NAME = "abi-manifest.json"  # the ABI manifest stored beside an env (or an image's record)
 ENGINE_ENTRY_POINT = "bin/ddtree-engine"  # inside an env
 IMAGE_REPO = "ddtree-engine"

@@ -11,18 +11,31 @@ from pathlib import Path
 from typing import IO
 
 from ..config import Host
-from ..exceptions import HostError
+from ..exceptions import HostError, HostKeyError
+from .known_hosts import host_key_message, host_key_problem
 
-# Host keys are not verified: lab hosts get new keys on every `lab up`; the Ansible inventory
-# (hosts/inventory.py) makes the same choice, so both paths see hosts the same way.
-SSH_OPTIONS = ("BatchMode=yes", "StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null", "LogLevel=ERROR")
-UNREACHABLE = 255  # ssh's own exit status when it could not connect
+# Host keys are checked against the project's known_hosts only (not ~/.ssh/known_hosts, not the system's),
+# never added by ssh itself (`ddtree-ops hosts trust` and `lab up` record them); the Ansible inventory
+# (hosts/inventory.py) passes the same options, so both paths see hosts the same way.
+SSH_OPTIONS = ("BatchMode=yes", "StrictHostKeyChecking=yes", "LogLevel=ERROR")
+UNREACHABLE = 255  # ssh's own exit status when it could not connect (or refused the host's key)
+
+
+def host_key_options(host: Host) -> tuple[str, ...]:
+    """The `-o` options that make ssh check `host`'s key against its project's known_hosts, and only there."""
+    return (
+        f"UserKnownHostsFile={host.known_hosts}",
+        "GlobalKnownHostsFile=/dev/null",
+        "HashKnownHosts=no",
+        "CheckHostIP=no",
+        "UpdateHostKeys=no",
+    )
 
 
 def ssh_argv(host: Host, remote_command: str, connect_timeout_s: int = 10) -> list[str]:
-    """The `ssh` command line for one non-interactive command on `host`."""
+    """The `ssh` command line for one non-interactive command on `host` (its key checked: `host_key_options`)."""
     argv = ["ssh", "-p", str(host.ssh.port)]
-    for option in (*SSH_OPTIONS, f"ConnectTimeout={connect_timeout_s}"):
+    for option in (*SSH_OPTIONS, *host_key_options(host), f"ConnectTimeout={connect_timeout_s}"):
         argv += ["-o", option]
     if host.ssh.key:
         argv += ["-i", str(Path(host.ssh.key).expanduser())]
@@ -55,6 +68,22 @@ class Transport:
             return subprocess.run(argv, stdin=stdin, capture_output=True, text=True, timeout=timeout_s)
         return subprocess.run(argv, input=input_text, capture_output=True, text=True, timeout=timeout_s)
 
+    def open(self, host: Host, remote_command: str, *, connect_timeout_s: int = 10) -> subprocess.Popen:
+        """Start `remote_command` on `host` and return the running `ssh` (text pipes on stdin, stdout, stderr).
+
+        For a session that must outlive one call (hosts/lock.py holds a lock for as long as it runs): closing
+        its stdin ends it. The caller reads and waits.
+
+        Raises:
+            FileNotFoundError: there is no ssh client on this machine.
+        """
+        argv = ssh_argv(host, remote_command, connect_timeout_s=connect_timeout_s)
+        # Keep-alives: this end notices within a minute when the host has gone away under a held session.
+        argv[1:1] = ["-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=3"]
+        return subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1
+        )
+
     def exec(
         self,
         host: Host,
@@ -69,6 +98,7 @@ class Transport:
         """Run `remote_command` on `host`; the caller judges the exit status.
 
         Raises:
+            HostKeyError: the host's key is not recorded in its project's known_hosts, or differs from it.
             HostError: no answer within `timeout_s` (naming `what`), no ssh client here, or the host
                 is unreachable (ssh's own exit status 255).
         """
@@ -82,6 +112,9 @@ class Transport:
         except FileNotFoundError:
             raise HostError("the `ssh` client is not installed on this machine: install openssh-client") from None
         if proc.returncode == UNREACHABLE:
+            problem = host_key_problem(proc.stderr)
+            if problem is not None:
+                raise HostKeyError(host_key_message(host, problem, proc.stderr))
             raise HostError(
                 f"host {host.name} ({host.ssh.user}@{host.address}:{host.ssh.port}) is unreachable over SSH: "
                 f"{proc.stderr.strip() or 'no message'}"

@@ -22,8 +22,9 @@ from pathlib import Path
 
 import yaml
 
-from ..config import Host, SshSettings, parse_project
+from ..config import DEFAULT_KNOWN_HOSTS_NAME, Host, SshSettings, parse_project
 from ..exceptions import ConfigError, HostError
+from ..hosts.known_hosts import HostKey, host_pattern, parse_key_line, write_atomically
 from ..hosts.ssh import SSH, Transport
 from .docker import docker, ensure_docker
 from .identity import CONFIG_NAME, KEY_NAME, MARKER, MAX_HOSTS, Lab, host_name
@@ -119,9 +120,43 @@ def _install_key(container: str, public_key: str) -> None:
     )  # fmt: skip
 
 
-def ssh_answers(address: str, key: Path, timeout_s: int = 5, transport: Transport = SSH) -> bool:
-    """Whether `ssh -i KEY root@ADDRESS true` succeeds from this machine (through the SSH seam)."""
-    host = Host(name="lab-host", address=address, ssh=SshSettings(user="root", port=22, key=str(key)))
+def host_keys_of(container: str) -> list[HostKey]:
+    """The SSH host keys a lab container's sshd offers, read inside it (its /etc/ssh/ssh_host_*_key.pub).
+
+    `docker exec` is the lab's out-of-band channel (a real fleet's is the console, or cloud-init's
+    report): the keys come from the host itself, not from whoever answers on its address.
+    """
+    proc = docker("exec", container, "sh", "-c", "cat /etc/ssh/ssh_host_*_key.pub", check=False, timeout_s=30)
+    keys = [HostKey(*line.split()[:2]) for line in proc.stdout.splitlines() if len(line.split()) >= 2]
+    if proc.returncode != 0 or not keys:
+        raise HostError(f"lab container {container}: no SSH host keys in /etc/ssh ({proc.stderr.strip() or 'none'})")
+    return keys
+
+
+def record_lab_host_keys(known_hosts: Path, keys: dict[str, list[HostKey]]) -> None:
+    """Write the lab's known_hosts: exactly `keys` (address -> that host's keys), on port 22.
+
+    The lab's file is the lab's own: it is rewritten whole on every `lab up`, so a recreated host (new
+    keys) is re-recorded and a removed one forgotten; entries for any other address are kept.
+    """
+    patterns = {host_pattern(address, 22) for address in keys}
+    kept = []
+    if known_hosts.exists():
+        for line in known_hosts.read_text().splitlines():
+            parsed = parse_key_line(line)
+            if parsed is None or not set(parsed[0].split(",")) & patterns:
+                kept.append(line)
+    lines = kept + [key.line(host_pattern(address, 22)) for address, host_keys in keys.items() for key in host_keys]
+    write_atomically(known_hosts, "".join(line + "\n" for line in lines))
+
+
+def ssh_answers(
+    address: str, key: Path, timeout_s: int = 5, transport: Transport = SSH, known_hosts: Path | None = None
+) -> bool:
+    """Whether `ssh -i KEY root@ADDRESS true` succeeds from this machine (through the SSH seam), the host's
+    key checked against `known_hosts` (default: the lab's, beside KEY)."""
+    known_hosts = known_hosts if known_hosts is not None else key.parent / DEFAULT_KNOWN_HOSTS_NAME
+    host = Host(name="lab-host", address=address, ssh=SshSettings(user="root", port=22, key=str(key))).bound_to(known_hosts)
     try:
         return transport.call(host, "true", timeout_s=timeout_s + 5, connect_timeout_s=timeout_s).returncode == 0
     except subprocess.TimeoutExpired:
@@ -226,6 +261,7 @@ def up(n_hosts: int = 2, lab_dir: Path | None = None) -> LabReport:
         ensure_container(lab, i)
 
     addresses: dict[str, str] = {}
+    host_keys: dict[str, list[HostKey]] = {}
     for i in range(1, n_hosts + 1):
         name = lab.container(i)
         _wait_for_systemd(name)
@@ -234,12 +270,16 @@ def up(n_hosts: int = 2, lab_dir: Path | None = None) -> LabReport:
         if not address:
             raise HostError(f"lab container {name} has no address on network {lab.network}")
         addresses[host_name(i)] = address
+        host_keys[address] = host_keys_of(name)
+    # Recorded before the first SSH connection: from here on the lab's hosts are checked like any other.
+    record_lab_host_keys(lab.lab_dir / DEFAULT_KNOWN_HOSTS_NAME, host_keys)
     for host, address in addresses.items():
         _wait_for_ssh(host, address, key)
 
     document = lab_project(addresses, key)
-    parse_project(document, "the lab's ddtree.yaml")  # the file we write must pass the same validation
     config_path = lab.lab_dir / CONFIG_NAME
+    # The file we write must pass the same validation; its hosts' keys are in `known_hosts` beside it.
+    parse_project(document, "the lab's ddtree.yaml", config_path)
     header = f"# Written by `ddtree-ops lab up` for the lab {lab.lab_id}; rewritten on every `lab up`. Use it with:\n"
     header += f"#   export DDTREE_CONFIG={config_path}\n"
     config_path.write_text(header + yaml.safe_dump(document, sort_keys=False))

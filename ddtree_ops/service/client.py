@@ -13,11 +13,9 @@ from typing import Any, Iterator
 import httpx
 
 from ..config import Host, Service
+from .api_key import API_KEY_ENV
 from .dialect import check_backend, health_generate_path, normalize_info
 from .metrics_text import Metrics, MetricsParseError, parse_metrics
-
-API_KEY_ENV = "DDTREE_API_KEY"
-
 
 def api_headers() -> dict[str, str]:
     """`Authorization` for services started with an API key (read from $DDTREE_API_KEY here too)."""

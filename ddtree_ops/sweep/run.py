@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -52,6 +53,9 @@ class SweepSeams:
 
     run_playbook: Callable[..., Any] = real_run_playbook
     transport: Transport = SSH
+    # Held around everything that may change hosts (after the read-only preflight): the CLI passes the
+    # hosts' own locks (hosts/lock.py); the default holds none.
+    lock: Callable[[list[Host]], AbstractContextManager] = lambda _hosts: nullcontext()
 
 
 @dataclass
@@ -131,6 +135,10 @@ class SweepRun:
             )
         for host in self.plan.hosts:  # a service without the gauges could never be drained: refuse now
             check_gauges(service_url(host, self.plan.tree), self.backend)
+        with self.seams.lock(list(self.plan.hosts)):
+            return self._run_locked(pick_best)
+
+    def _run_locked(self, pick_best: Callable[[], SweepConfig | None]) -> SweepOutcome:
         self.state.runs.append({"started_at": now_iso(), "resumed": bool(self.state.cells), "ended": None})
         for host in self.plan.hosts:
             if host.name not in self.state.original:  # a resumed sweep keeps what ran before its first run

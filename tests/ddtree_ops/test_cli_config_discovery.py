@@ -88,3 +88,13 @@ def test_a_real_project_file_always_wins_over_the_labs(places, monkeypatch, winn
     assert result.exit_code == 2
     assert "the project file lists: gpu-1" in result.stderr
     assert "using the lab's project file" not in result.stderr
+
+
+def test_a_lab_made_here_with_dir_is_named_with_its_exact_export_line_but_not_read(places):
+    # `lab up --dir ./.lab`, then a plain command in the same folder: the error names that lab's file exactly.
+    cwd, _ = places
+    config = _lab_made(cwd / ".lab")
+    result = _invoke("provision", "nosuch")
+    assert result.exit_code == 2 and "no project file" in result.stderr
+    assert f"`export DDTREE_CONFIG={config}` (or `-c {config}`)" in result.stderr
+    assert "lab-7" not in result.stderr  # named, never loaded: a lab is used only when asked for

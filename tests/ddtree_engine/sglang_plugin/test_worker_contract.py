@@ -134,3 +134,17 @@ def test_engine_rebinding_targets_the_engine_class_attribute():
     assert "server_args = self.server_args_class(**kwargs)" in text
     assert "load_plugins()" in text[text.index("def __init__(self, **kwargs):") :][:600]
     assert "sglang.srt.entrypoints.engine" in inspect.getsource(plugin_pkg.rebind_engine_server_args)
+
+
+def test_the_verify_state_layout_memory_py_sizes_is_sglangs():
+    """memory.py's arithmetic is SGLang's MambaPool: per-row fp32-or-model-dtype states [layers, slots + 1,
+    rows, ...], a deduplicated conv window only for a chain (topk <= 1), and the attributes the worker's
+    startup log reads (`mamba_cache.intermediate_ssm`, `_intermediate_conv_window_phys`)."""
+    _, pool = module_source("sglang.srt.mem_cache.memory_pool")
+    assert "speculative_num_draft_tokens,\n                            temporal_state_shape[0]," in pool
+    assert "spec_state_size + 1," in pool
+    assert "self._intermediate_conv_window_phys" in pool and "intermediate_ssm=intermediate_ssm_state_cache" in pool
+    assert "conv_window_dedup_enabled(\n                        _is_npu, _is_cpu, speculative_eagle_topk" in pool
+    tree = ast.parse(pool)
+    enabled = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "conv_window_dedup_enabled")
+    assert "topk" in ast.unparse(enabled)

@@ -14,7 +14,7 @@ import pytest
 
 from ddtree_ops.cli import cli
 
-FLOW = ["init", "lab", "doctor", "provision", "deploy", "healthcheck", "compare", "sweep", "rollback", "undeploy"]
+FLOW = ["init", "lab", "hosts", "doctor", "provision", "deploy", "healthcheck", "compare", "sweep", "rollback", "undeploy"]
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "hosts"
 
 
@@ -41,7 +41,7 @@ def _command(path: tuple[str, ...]) -> click.Command:
 
 def test_the_walk_finds_every_command():
     assert {p[0] for p in PATHS if p} == set(FLOW)
-    assert ("lab", "up") in PATHS and ("lab", "down") in PATHS and len(PATHS) == 1 + len(FLOW) + 3
+    assert ("lab", "up") in PATHS and ("lab", "down") in PATHS and len(PATHS) == 1 + len(FLOW) + 3 + 1  # lab up|status|down, hosts trust
 
 
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: " ".join(p) or "ddtree-ops")

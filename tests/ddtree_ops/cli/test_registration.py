@@ -7,12 +7,13 @@ import sys
 
 from ddtree_ops.cli import cli
 
-COMMANDS = {"init", "lab", "provision", "deploy", "rollback", "undeploy", "healthcheck", "compare", "sweep", "doctor"}
+COMMANDS = {"init", "lab", "hosts", "provision", "deploy", "rollback", "undeploy", "healthcheck", "compare", "sweep", "doctor"}
 
 
 def test_every_command_is_registered():
     assert set(cli.commands) == COMMANDS
     assert set(cli.commands["lab"].commands) == {"up", "down", "status"}
+    assert set(cli.commands["hosts"].commands) == {"trust"}
 
 
 def test_a_missing_command_module_breaks_the_import_instead_of_dropping_the_command():

@@ -9,6 +9,7 @@ of a real manifest; everything else is real.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -302,6 +303,12 @@ class HostFiles(Transport):
             return subprocess.CompletedProcess(remote_command, 1, "", f"unexpected command {remote_command!r}")
         return subprocess.CompletedProcess(remote_command, 0, out, "")
 
+    def open(self, host, remote_command, *, connect_timeout_s=10):
+        # The host lock (hosts/lock.py, tested there): granted at once, held until deploy closes the session.
+        self.commands.append((host.name, "lock"))
+        return subprocess.Popen(["sh", "-c", "echo LOCKED; cat >/dev/null"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)  # fmt: skip
+
 
 @pytest.fixture
 def host_files():
@@ -579,3 +586,23 @@ def test_ctrl_c_during_a_hosts_playbook_reports_it_interrupted_and_leaves_later_
     assert "host(s) h2 were not touched" in report.failure
     assert [(f["host"], f["service"]) for f in report.failures] == [("h1", None)]
     validate({"command": "deploy", **report.to_dict()})
+
+
+def test_cli_key_from_api_key_file_travels_apart_from_the_services_and_stays_out_of_the_report(config_file, monkeypatch):
+    # The key reaches Ansible only as the env file's own line: a failing loop task prints its whole item (a
+    # service's variables), and that output goes to the log and into the error message.
+    path, runner, _seams = config_file
+    monkeypatch.setenv("DDTREE_API_KEY", "")
+    monkeypatch.delenv("DDTREE_API_KEY")  # restored (unset) at the end, whatever the CLI exports
+    key = "sk-planted-from-a-file-42"
+    (path.parent / "api.key").write_text(key + "\n")
+    (path.parent / "api.key").chmod(0o600)
+    document = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**document, "api_key_file": "api.key"}))
+    result = invoke(config_file, "deploy", "--json")
+    assert result.exit_code == 0, result.output
+    deploys = [extravars for playbook, _host, extravars in runner.calls if playbook == "deploy.yml"]
+    assert deploys and all(v["ddtree_deploy_api_key_line"] == f'DDTREE_API_KEY="{key}"' for v in deploys)
+    assert all(key not in json.dumps(v["ddtree_deploy_services"]) for v in deploys)
+    assert key not in result.output
+    assert os.environ["DDTREE_API_KEY"] == key, "the gate, healthcheck and compare send it from the environment"

@@ -161,22 +161,65 @@ def test_units_pass_systemd_analyze_verify(tmp_path, service):
 
 def test_launcher_adds_the_key_from_the_environment_inside_the_process(tmp_path):
     """The real interpreter runs the launcher on a probe module that reports its argv and its command line."""
+    # Into a file: its stdout goes through the launcher's redacting pump, which would hide the key it reports.
+    report = tmp_path / "seen.json"
     (tmp_path / "argv_probe.py").write_text(
         "import json, sys\n"
         "cmdline = open('/proc/self/cmdline', 'rb').read().split(b'\\0')\n"
-        "print(json.dumps({'argv': sys.argv[1:], 'cmdline': [c.decode() for c in cmdline if c], 'name': __name__}))\n"
+        f"open({str(report)!r}, 'w').write(json.dumps("
+        "{'argv': sys.argv[1:], 'cmdline': [c.decode() for c in cmdline if c], 'name': __name__}))\n"
     )
     program = launcher(module="argv_probe")
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "DDTREE_API_KEY": KEY}
-    out = subprocess.run([sys.executable, "-c", program, "--port", "1"], env=env, capture_output=True, text=True, check=True)
+    subprocess.run([sys.executable, "-c", program, "--port", "1"], env=env, capture_output=True, text=True, check=True)
     import json
 
-    seen = json.loads(out.stdout)
+    seen = json.loads(report.read_text())
     assert seen["argv"] == ["--api-key", KEY, "--port", "1"] and seen["name"] == "__main__"
     assert not [c for c in seen["cmdline"] if KEY in c], "the key must not be on the process's command line"
     env.pop("DDTREE_API_KEY")
-    out = subprocess.run([sys.executable, "-c", program, "--port", "1"], env=env, capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout)["argv"] == ["--port", "1"], "no key set: no --api-key"
+    subprocess.run([sys.executable, "-c", program, "--port", "1"], env=env, capture_output=True, text=True, check=True)
+    assert json.loads(report.read_text())["argv"] == ["--port", "1"], "no key set: no --api-key"
+
+
+# Logs its arguments the way SGLang does (ServerArgs with api_key, through logging), prints them, writes the key
+# split over two writes, has a spawned child print it, then dies by SIGKILL (no atexit, no flush of its own).
+LEAKY_SERVER = """
+import logging, multiprocessing, os, signal, sys, time
+
+def child(key):
+    print("child process got", key, flush=True)
+
+if __name__ == "__main__":
+    key = sys.argv[sys.argv.index("--api-key") + 1]
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    logging.getLogger("sglang.srt.server_args").info("server_args=ServerArgs(api_key=%r, port=1)", key)
+    print("argv", sys.argv[1:], flush=True)
+    sys.stderr.write("split " + key[:5]); sys.stderr.flush(); time.sleep(0.5)  # the pump reads it alone
+    sys.stderr.write(key[5:] + " end\\n"); sys.stderr.flush()
+    proc = multiprocessing.get_context("spawn").Process(target=child, args=(key,)); proc.start(); proc.join()
+    print("last words before SIGKILL", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_launcher_keeps_the_key_out_of_the_output_of_the_server_and_its_children(tmp_path):
+    """What SGLang does at startup (log ServerArgs with the key) reaches the journal with the key redacted."""
+    (tmp_path / "leaky_server.py").write_text(LEAKY_SERVER)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "DDTREE_API_KEY": KEY}
+    proc = subprocess.run([sys.executable, "-c", launcher(module="leaky_server"), "--port", "1"], env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == -9, out
+    assert KEY not in out, out
+    assert "server_args=ServerArgs(api_key='<redacted>', port=1)" in proc.stderr
+    assert "split <redacted> end" in proc.stderr, "a key split over two writes is still caught"
+    assert "child process got <redacted>" in proc.stdout, "spawned children write through the same pump"
+    assert "last words before SIGKILL" in proc.stdout, "a killed server's last lines still reach the journal"
+    env.pop("DDTREE_API_KEY")
+    plain = subprocess.run([sys.executable, "-c", launcher(module="leaky_server"), "--api-key", "visible"], env=env,
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert "api_key='visible'" in plain.stderr, "no key in the environment: nothing to redact, output untouched"
 
 
 def _sglang_python() -> str | None:

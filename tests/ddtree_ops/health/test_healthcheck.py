@@ -122,7 +122,9 @@ def test_release_json_of_the_current_release_is_what_was_deployed():
 def test_ssh_argv_uses_host_settings():
     argv = ssh_argv(PROJECT.host("h1"), "true")
     assert argv[:3] == ["ssh", "-p", "22"]
-    assert "BatchMode=yes" in argv and "StrictHostKeyChecking=no" in argv
+    assert "BatchMode=yes" in argv and "StrictHostKeyChecking=yes" in argv
+    # a document with no file: the known_hosts beside it is the current folder's
+    assert f"UserKnownHostsFile={Path('known_hosts').absolute()}" in argv
     assert argv[argv.index("-i") + 1].endswith("/lab/id_ed25519") and not argv[argv.index("-i") + 1].startswith("~")
     assert argv[-2:] == ["root@127.0.0.1", "true"]
     assert "-i" not in ssh_argv(PROJECT.host("h2"), "true")

@@ -34,7 +34,9 @@ def test_inventory_carries_each_hosts_connection_settings():
     assert hosts["a"]["ansible_user"] == "root"
     assert hosts["a"]["ansible_ssh_private_key_file"] == str(Path("~/.ssh/lab").expanduser())
     assert "ansible_become" not in hosts["a"]
-    assert "StrictHostKeyChecking=no" in hosts["a"]["ansible_ssh_common_args"]
+    assert "-o StrictHostKeyChecking=yes" in hosts["a"]["ansible_ssh_common_args"]
+    assert hosts["a"]["ansible_host_key_checking"] is True  # else Ansible adds its own "no" ahead of ours
+    assert f"-o UserKnownHostsFile={Path('known_hosts').absolute()}" in hosts["a"]["ansible_ssh_common_args"]
     # no key: the agent / default keys; a non-root user escalates with sudo
     assert "ansible_ssh_private_key_file" not in hosts["b"]
     assert hosts["b"]["ansible_user"] == "ops" and hosts["b"]["ansible_become"] is True

@@ -93,8 +93,11 @@ def test_two_labs_up_and_down_independently(two_lab_dirs, old_style_container, m
     assert _subnet(a["network"]) != _subnet(b["network"]) and host_a["address"] != host_b["address"]
     key_a, key_b = Path(a["lab_dir"]) / "id_ed25519", Path(b["lab_dir"]) / "id_ed25519"
     assert ssh_answers(host_a["address"], key_a) and ssh_answers(host_b["address"], key_b)
-    # `up` B did not re-key A's host (and A's key opens only A's)
-    assert not ssh_answers(host_b["address"], key_a) and not ssh_answers(host_a["address"], key_b)
+    # `up` B did not re-key A's host (and A's key opens only A's: each checked against the other host's
+    # recorded host key, so it is the login key that is refused, not the host)
+    known_a, known_b = key_a.parent / "known_hosts", key_b.parent / "known_hosts"
+    assert not ssh_answers(host_b["address"], key_a, known_hosts=known_b)
+    assert not ssh_answers(host_a["address"], key_b, known_hosts=known_a)
 
     # The old-style container is named, with how to remove it, and left alone.
     removal = re.compile(rf"remove them with: docker rm -f [^&]*\b{old_style_container}\b")

@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
@@ -67,7 +67,7 @@ class ServerSettings:
     host: str = "127.0.0.1"
     port: int = 30000
     served_model_name: str = "lab"
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # never in a log line that prints the settings
     metrics_log_interval: int = 32
     warmup_delay_s: float = 0.0
     on_load_failure: Callable[[BaseException], None] | None = None

@@ -53,6 +53,7 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 from ..kernels.tree_step import TreeStep
 from .commit import flattened_links, last_accepted_row, window_order
+from .memory import GdnShape, describe
 from .tree_shape import max_tree_nodes
 
 logger = logging.getLogger(__name__)
@@ -111,6 +112,7 @@ class DDTreeWorker(DFlashWorkerV2):
         self._trace_path = os.environ.get(TRACE_ENV) or None
         self._stats = {"steps": 0, "nodes": 0, "accepted": 0, "commit": 0, "depth": 0, "bs": 0}
         self.check_supported()
+        self._log_memory()
         logger.info(
             "DDTREE worker: block %d (depths %d), budget %d -> %d tree nodes (verify width %d), topk %d, "
             "spine %d, hybrid mode %s, mamba commit %s",
@@ -138,6 +140,26 @@ class DDTreeWorker(DFlashWorkerV2):
             )
         if problems:
             raise ValueError("DDTREE does not support " + "; ".join(problems))
+
+    def _log_memory(self) -> None:
+        """Log the verify states this width holds on a hybrid target, next to DFLASH's (memory.py)."""
+        if not self._need_mamba_verify_commit:
+            return
+        try:
+            config = self.model_runner.model_config.hf_text_config.to_dict()
+            shape = GdnShape.from_hf_config(config)
+            cache = self.model_runner.req_to_token_pool.mamba_pool.mamba_cache
+            slots = int(cache.intermediate_ssm.shape[1]) if getattr(cache, "intermediate_ssm", None) is not None else 1
+            allocated = sum(
+                t.numel() * t.element_size()
+                for t in [cache.intermediate_ssm, *getattr(self.model_runner.req_to_token_pool.mamba_pool, "_intermediate_conv_window_phys", [])]
+                if t is not None
+            )
+        except Exception as exc:  # a pool layout this release does not have: say so, do not stop the server
+            logger.info("DDTREE verify-state memory: not determined (%s)", exc)
+            return
+        if shape is not None:
+            logger.info("%s; SGLang allocated %.2f GiB of them", describe(shape, self.verify_width, self.block_size, self.topk, slots), allocated / (1 << 30))
 
     # -- the step -------------------------------------------------------------------------
 
