@@ -238,6 +238,8 @@ def test_a_crash_looping_service_is_named_with_its_start_limit_and_rolled_back(l
             service["extra_args"] = ["--no-such-flag"]  # `ddtree-engine serve` exits 2 at once, every start
     # Long enough for 5 starts 10 s apart: the unit probe, not the timeout, must end the wait.
     document["deploy"] = {**document.get("deploy", {}), "health_timeout_s": 400, "health_interval_s": 1}
+    # Written elsewhere, it keeps checking host keys against the lab's known_hosts (beside the lab's file).
+    document["ssh"] = {**document.get("ssh", {}), "known_hosts": str(Path(config).with_name("known_hosts"))}
     bad_config = tmp_path / "ddtree.yaml"
     bad_config.write_text(yaml.safe_dump(document))
 
