@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -38,6 +39,8 @@ def container_config(lab_fleet, tmp_path_factory):
     doc = yaml.safe_load(open(lab_fleet.config_path))
     doc["engine"]["install"] = {"mode": "container"}
     doc["services"] = SERVICES
+    # Written elsewhere, it keeps checking host keys against the lab's known_hosts (beside the lab's file).
+    doc["ssh"] = {**doc.get("ssh", {}), "known_hosts": str(Path(lab_fleet.config_path).with_name("known_hosts"))}
     path = tmp_path_factory.mktemp("container") / "ddtree.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     yield str(path)

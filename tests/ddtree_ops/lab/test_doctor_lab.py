@@ -159,6 +159,8 @@ def test_doctor_names_a_lab_host_that_stopped_answering(lab_fleet, tmp_path):
         closed_port = probe.getsockname()[1]
     gone_ssh = {"port": closed_port, **({"key": key} if key else {})}
     project["hosts"].append({"name": "gone", "address": "127.0.0.1", "ssh": gone_ssh})
+    # Written elsewhere, it keeps checking host keys against the lab's known_hosts (beside the lab's file).
+    project["ssh"] = {**project.get("ssh", {}), "known_hosts": str(Path(lab_fleet.config_path).with_name("known_hosts"))}
     config = tmp_path / "ddtree.yaml"
     config.write_text(yaml.safe_dump(project))
     result = invoke("-c", str(config), "doctor", "--no-manifest", "--connect-timeout", "2", "lab-1", "gone")

@@ -140,7 +140,9 @@ def test_a_planted_key_is_only_in_the_env_files(lab, tmp_path):
     (tmp_path / "api.key").write_text(key + "\n")
     (tmp_path / "api.key").chmod(0o600)
     keyed = tmp_path / "ddtree.yaml"
-    keyed.write_text(yaml.safe_dump({**yaml.safe_load(Path(config).read_text()), "api_key_file": "api.key"}))
+    # Written elsewhere, it keeps checking host keys against the lab's known_hosts (beside the lab's file).
+    lab_keys = {"known_hosts": str(Path(config).with_name("known_hosts"))}
+    keyed.write_text(yaml.safe_dump({**yaml.safe_load(Path(config).read_text()), "api_key_file": "api.key", "ssh": lab_keys}))
     outputs: list[str] = []
     try:
         deploy = _ops(str(keyed), "deploy", "--hosts", HOST, *LAB_SETTINGS, "--json")

@@ -130,6 +130,8 @@ def test_a_slow_warm_up_and_a_request_in_flight_are_waited_for(deployed_lab, pro
     slow = yaml.safe_load(Path(config).read_text())
     tree = next(s for s in slow["services"] if s["name"] == "tree")
     tree["extra_args"] = ["--warmup-delay", str(WARMUP_DELAY_S)]
+    # Written elsewhere, it keeps checking host keys against the lab's known_hosts (beside the lab's file).
+    slow["ssh"] = {**slow.get("ssh", {}), "known_hosts": str(Path(config).with_name("known_hosts"))}
     slow_config = tmp_path / "ddtree.yaml"
     slow_config.write_text(yaml.safe_dump(slow))
     url = service_url(project.host(host), project.service("tree"))
