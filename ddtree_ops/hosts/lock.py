@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import Host
-from ..exceptions import HostError
+from ..exceptions import HostError, HostKeyError
 from ..progress import Progress
+from .known_hosts import host_key_message, host_key_problem
 from .layout import LOCK_PATH
 from .ssh import SSH, UNREACHABLE, Transport
 
@@ -197,6 +198,9 @@ def acquire(
     process.wait()
     stderr = (process.stderr.read() if process.stderr else "").strip()
     if process.returncode == UNREACHABLE:
+        problem = host_key_problem(stderr)
+        if problem is not None:  # a missing or changed host key: the re-trust message, as for every ssh call
+            raise HostKeyError(host_key_message(host, problem, stderr))
         raise HostError(f"host {host.name} ({host.ssh.user}@{host.address}:{host.ssh.port}) is unreachable over SSH: "
                         f"{stderr or 'no message'}")  # fmt: skip
     raise HostError(
