@@ -32,11 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import Host
-from ..exceptions import HostError, HostKeyError
+from ..exceptions import HostError
 from ..progress import Progress
-from .known_hosts import host_key_message, host_key_problem
 from .layout import LOCK_PATH
-from .ssh import SSH, UNREACHABLE, Transport
+from .ssh import SSH, UNREACHABLE, Transport, unreachable_error
 
 DEFAULT_LOCK_TIMEOUT_S = 5.0
 BUSY_EXIT = 75  # the remote shell's status when the lock stayed taken (EX_TEMPFAIL)
@@ -198,11 +197,7 @@ def acquire(
     process.wait()
     stderr = (process.stderr.read() if process.stderr else "").strip()
     if process.returncode == UNREACHABLE:
-        problem = host_key_problem(stderr)
-        if problem is not None:  # a missing or changed host key: the re-trust message, as for every ssh call
-            raise HostKeyError(host_key_message(host, problem, stderr))
-        raise HostError(f"host {host.name} ({host.ssh.user}@{host.address}:{host.ssh.port}) is unreachable over SSH: "
-                        f"{stderr or 'no message'}")  # fmt: skip
+        raise unreachable_error(host, stderr)  # a refused host key gets the re-trust message, as every ssh call
     raise HostError(
         f"host {host.name}: could not take its lock {lock_path} (exit {process.returncode}): {stderr or 'no message'}"
     )

@@ -42,6 +42,17 @@ def ssh_argv(host: Host, remote_command: str, connect_timeout_s: int = 10) -> li
     return argv + [f"{host.ssh.user}@{host.address}", remote_command]
 
 
+def unreachable_error(host: Host, stderr: str) -> HostError:
+    """What an ssh exit 255 means: a refused host key (HostKeyError, with the re-trust command), or unreachable."""
+    problem = host_key_problem(stderr)
+    if problem is not None:
+        return HostKeyError(host_key_message(host, problem, stderr))
+    return HostError(
+        f"host {host.name} ({host.ssh.user}@{host.address}:{host.ssh.port}) is unreachable over SSH: "
+        f"{stderr.strip() or 'no message'}"
+    )
+
+
 class Transport:
     """Runs commands on hosts over SSH. `call` is the seam; `exec` and `run` judge its result."""
 
@@ -112,13 +123,7 @@ class Transport:
         except FileNotFoundError:
             raise HostError("the `ssh` client is not installed on this machine: install openssh-client") from None
         if proc.returncode == UNREACHABLE:
-            problem = host_key_problem(proc.stderr)
-            if problem is not None:
-                raise HostKeyError(host_key_message(host, problem, proc.stderr))
-            raise HostError(
-                f"host {host.name} ({host.ssh.user}@{host.address}:{host.ssh.port}) is unreachable over SSH: "
-                f"{proc.stderr.strip() or 'no message'}"
-            )
+            raise unreachable_error(host, proc.stderr)
         return proc
 
     def run(self, host: Host, remote_command: str, timeout_s: float = 30.0) -> str:
