@@ -23,7 +23,9 @@ printf '[sglang.srt.plugins]\nddtree = ddtree_engine.sglang_plugin:register\n' >
 export PYTHONPATH=$SITE:$REPO/engine_patches/ddtree_engine/src SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1
 M=/tmp/models; mkdir -p $M "$OUT"
 [ -d $M/q3 ] || python3 -m ddtree_engine.cli make-tiny-pair $M/q3 --arch qwen3 >/dev/null
-python3 -c 'import json; json.dump([{"name": f"t{i}", "prompt_ids": [(7 * i + j * 13) % 250 for j in range(5 + 3 * i)]} for i in range(4)], open("/tmp/models/q3_prompts.json", "w"))'
+# The q3 pair's prompts: the 4 of 64 candidates with the widest fp32 top-2 margins, so bf16 cannot flip a
+# greedy choice and a token-exact comparison tests the algorithm (pick_prompts.py).
+[ -f $M/q3_prompts.json ] || python3 "$HERE/pick_prompts.py" $M/q3/target $M/q3_prompts.json
 rm -rf $M/lab && mkdir -p $M/lab
 cp -r "$REPO/engine_patches/ddtree_engine/src/ddtree_engine/lab_models/target" "$REPO/engine_patches/ddtree_engine/src/ddtree_engine/lab_models/draft" $M/lab/
 cp "$HERE/lab_prompts.json" $M/lab_prompts.json   # the compare prompts (builtin + 3 held-out), chat-templated

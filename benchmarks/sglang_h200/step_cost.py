@@ -1,8 +1,10 @@
 """Step cost of AR, DFLASH and DDTREE in stock SGLang 0.5.23 on one GPU, measured in one run (issue 12).
 
-Each arm is its own sglang.Engine in its own process. The arms of a group load at the same time
-(loading is most of the wall time) and are then measured one after another, each alone on the GPU
-while the others sleep, so every ratio compares arms measured minutes apart in the same run.
+Each arm is its own sglang.Engine in its own process. The arms of a group start together, load one at a
+time (a file lock: SGLang sizes its pools from the free memory it sees around its own load) and are then
+measured one after another, each alone on the GPU while the others sleep, so every ratio compares arms
+measured minutes apart in the same run. ARM_TIMEOUT_S bounds one arm's measurement; LOG_LEVEL=info shows
+SGLang's decode-batch lines in the per-arm logs (a folder under /tmp, tarred into OUT_DIR/logs.tgz).
 
     python step_cost.py MODELS_DIR OUT_DIR GROUPS_JSON
 GROUPS_JSON: [{"model": "q35-4b", "dummy": true, "arms": ["ar", "dflash", "dflash-nograph", "ddtree-15-8", ...],
@@ -23,7 +25,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = r'''
 import json, os, statistics, sys, time
 cfg = json.loads(sys.argv[1]); bench = cfg.pop("_bench")
+import fcntl
 import sglang as sgl
+# One arm loads at a time (imports overlap): SGLang sizes its pools from the free memory it sees before and
+# after its own load, so another arm allocating in between would read as this arm's weights.
+lock = open(bench["load_lock"], "w")
+fcntl.flock(lock, fcntl.LOCK_EX)
 t0 = time.time()
 if cfg.get("speculative_algorithm") == "DDTREE":
     from sglang.srt.plugins import load_plugins
@@ -33,6 +40,7 @@ if cfg.get("speculative_algorithm") == "DDTREE":
 else:
     eng = sgl.Engine(**cfg)
 load_s = time.time() - t0
+fcntl.flock(lock, fcntl.LOCK_UN)
 open(bench["ready"], "w").close()
 deadline = time.time() + 900
 while not os.path.exists(bench["go"]):
@@ -49,7 +57,7 @@ try:
         prompt = [(i * 7919) % 150000 + 10 for i in range(512)]
         gen(prompt, 8, True); gen(prompt, 8, True)
         pre = statistics.median([gen(prompt, 1, True)[0] for _ in range(3)])
-        runs = [gen(prompt, 257, True) for _ in range(3)]
+        runs = [gen(prompt, 257, True) for _ in range(2)]
         t = statistics.median([r[0] for r in runs]); meta = runs[0][1]["meta_info"]
         steps = meta.get("spec_verify_ct") or 256
         out.update(prefill_s=pre, t257_s=t, steps=steps, step_ms=(t - pre) / steps * 1e3,
@@ -82,7 +90,11 @@ finally:
 '''
 COMMON = dict(skip_tokenizer_init=True, attention_backend="triton", sampling_backend="pytorch", log_level="error",
               random_seed=0, disable_radix_cache=True, page_size=1, dtype="bfloat16", disable_overlap_schedule=True,
-              max_running_requests=4, sleep_on_idle=True)
+              max_running_requests=2, sleep_on_idle=True)
+ARM_TIMEOUT_S = float(os.environ.get("ARM_TIMEOUT_S", "600"))  # one arm's measurement, then it is killed
+LOG_LEVEL = os.environ.get("LOG_LEVEL")  # e.g. info: SGLang's decode-batch lines show an arm's progress
+if LOG_LEVEL:
+    COMMON["log_level"] = LOG_LEVEL
 
 
 def arm_cfg(group, arm, share):
@@ -104,28 +116,47 @@ def arm_cfg(group, arm, share):
     return cfg
 
 
+MEMORY_RACE = "leave no GPU memory for the KV cache"  # SGLang's probe saw another arm's allocation: retry
+
+
+def start_arm(cfg, i, tmp):
+    log = open(f"{tmp}/{i}.log", "w")
+    return subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(cfg)], stdout=subprocess.PIPE, stderr=log, text=True)
+
+
 def run_group(group, tmp):
     arms = group["arms"]
     share = round(min(0.8 / len(arms), 0.4), 3)
     procs = []
     for i, arm in enumerate(arms):
         cfg = arm_cfg(group, arm, share)
-        bench = {"ready": f"{tmp}/{i}.ready", "go": f"{tmp}/{i}.go", "done": f"{tmp}/{i}.done",
+        bench = {"ready": f"{tmp}/{i}.ready", "go": f"{tmp}/{i}.go", "done": f"{tmp}/{i}.done", "load_lock": f"{tmp}/load.lock",
                  "prompts": "synthetic" if group.get("dummy") else f"{MODELS}/{group['prompts']}_prompts.json"}
         if arm in group.get("profile", []):
             bench["profile"] = f"{tmp}/prof-{arm}"
         cfg["_bench"] = bench
-        log = open(f"{tmp}/{i}.log", "w")
-        procs.append((arm, bench, subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(cfg)], stdout=subprocess.PIPE,
-                                                    stderr=log, text=True)))
+        procs.append((arm, bench, cfg, start_arm(cfg, i, tmp)))
+    settled = lambda b, p: os.path.exists(b["ready"]) or p.poll() is not None
+    t = time.time()
+    while not all(settled(b, p) for _, b, _, p in procs) and time.time() - t < 600:
+        time.sleep(0.5)
+    for attempt in range(3):  # an arm that still lost a memory race (the load lock should prevent it) starts again
+        for i, (arm, bench, cfg, proc) in enumerate(procs):
+            if proc.poll() is not None and not os.path.exists(bench["ready"]) and MEMORY_RACE in open(f"{tmp}/{i}.log").read():
+                proc = start_arm(cfg, i, tmp)
+                procs[i] = (arm, bench, cfg, proc)
+                t = time.time()
+                while not os.path.exists(bench["ready"]) and proc.poll() is None and time.time() - t < 300:
+                    time.sleep(0.2)
+        time.sleep(1)
     results = []
-    for i, (arm, bench, proc) in enumerate(procs):
+    for i, (arm, bench, _, proc) in enumerate(procs):
         t = time.time()
         while not os.path.exists(bench["ready"]) and proc.poll() is None and time.time() - t < 600:
             time.sleep(0.2)
         open(bench["go"], "w").close()
         try:
-            stdout, _ = proc.communicate(timeout=600)
+            stdout, _ = proc.communicate(timeout=ARM_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             proc.kill(); stdout = ""
         line = next((l for l in stdout.splitlines() if l.startswith("RESULT ")), None)
@@ -158,6 +189,8 @@ def ratios(results):
 
 
 os.makedirs(OUT, exist_ok=True)
+import atexit
+atexit.register(lambda: subprocess.run(f"tar czf {OUT}/logs.tgz /tmp/stepcost-* 2>/dev/null", shell=True))
 all_results = []
 for g in GROUPS:
     tmp = f"/tmp/stepcost-{g['model']}-{int(time.time())}"
