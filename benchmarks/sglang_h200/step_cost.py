@@ -13,8 +13,9 @@ GROUPS_JSON: [{"model": "q35-4b", "dummy": true, "arms": ["ar", "dflash", "dflas
          is (generation time - prefill time) / verify steps (acceptance is meaningless with random weights);
   prompts "lab": the compare prompts of the trained lab pair (MODELS_DIR/lab_prompts.json), to EOS or 256
          tokens: tokens per step and tok/s are real.
-Arms: ar, dflash (CUDA graphs as SGLang ships them), dflash-nograph, ddtree-B-K (budget B, topk K; DDTREE runs
-without CUDA graphs, which the plugin refuses). Settings common to all arms (the shared recipe's limits):
+Arms: ar, dflash (CUDA graphs as SGLang ships them), dflash-nograph, ddtree-B-K (budget B, topk K, without CUDA
+graphs), ddtree-graph-B-K (the same with CUDA graphs on: the target's verify replays a tree-masked graph, the tree
+padded to max(block, B + 1) rows; the drafter replays its graphs only when B + 1 <= its block). Settings common to all arms (the shared recipe's limits):
 Triton attention, page size 1, radix cache off, overlap schedule off, bf16, batch size 1.
 `profile` arms also record a torch-profiler trace of 8 decode steps, summarised per kernel (profile_summary.py).
 """
@@ -110,8 +111,8 @@ def arm_cfg(group, arm, share):
     if arm in ("dflash", "dflash-nograph"):
         cfg.update(speculative_algorithm="DFLASH", disable_cuda_graph=arm == "dflash-nograph")
         return cfg
-    _, budget, topk = arm.split("-")
-    cfg.update(speculative_algorithm="DDTREE", disable_cuda_graph=True,
+    *kind, budget, topk = arm.split("-")
+    cfg.update(speculative_algorithm="DDTREE", disable_cuda_graph=kind != ["ddtree", "graph"],
                speculative_ddtree_budget=int(budget), speculative_ddtree_topk=int(topk))
     return cfg
 
