@@ -16,7 +16,8 @@ Budgets 15 (topk 8), 22, 64, 256 (topk 8). Ratios printed: kernel graph / argmax
 
 Then the top-K pass on its own (K = 8, same logits), eager and in a CUDA graph: the split kernel
 (`topk_logprobs`, S = 16 / 32 / 64 splits per row) against the previous one-program-per-block
-kernel (`topk_logprobs_blocks`) and against the argmax, as ratios from this run.
+kernel (`topk_logprobs_blocks`) and against the argmax, as ratios from this run. Last, the
+build kernel at budgets 64 and 256 in a CUDA graph with 1, 2, 4 and 8 warps (it takes 1 today).
 
     python benchmarks/bench_tree_step.py [--out DIR]   (JSON to DIR, else $OUT, else benchmarks/results/)
 """
@@ -209,10 +210,26 @@ def main() -> None:
             "walk_us": bench(lambda s=step: s.walk_kernel.walk_arrays(s.tree[0], s.tree[1], s.tree[5], s.tree[0], DEPTHS, out=s.walked)),
         }
         print(f"stages b{budget}: " + ", ".join(f"{name} {us:.1f} us" for name, us in stages[budget].items()))
+    # The build is one program running `budget` serial pops; its warp count is a latency trade
+    # (1 warp: no barriers, 8 slots per lane; more: fewer slots per lane, barriers per pop).
+    build_warps = {}
+    for budget, topk in BUDGETS[-2:]:
+        step = TreeStep(DEPTHS, VOCAB, budget, topk, device)
+        step.build(logits, root, prefix)
+        want = [t.clone() for t in step.tree]
+        build_warps[budget] = {}
+        for warps in (1, 2, 4, 8):
+            fn = lambda s=step, w=warps: s.build_kernel.build_tree_arrays(s.vals, s.ids, s.budget, root, 0, out=s.tree, num_warps=w)
+            fn()
+            same = all(torch.equal(got, exp) for got, exp in zip(step.tree, want))
+            build_warps[budget][warps] = bench(graphed(fn).replay)
+            if not same:
+                print(f"  build b{budget} with {warps} warps: MISMATCH vs 1 warp")
+        print(f"build b{budget} in a CUDA graph by num_warps: " + ", ".join(f"{w}: {us:.1f} us" for w, us in build_warps[budget].items()))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"bench_tree_step_{time.strftime('%Y%m%d_%H%M%S')}.json"
-    path.write_text(json.dumps({"info": info, "rows": rows, "topk": topk, "stages": stages}, indent=2))
+    path.write_text(json.dumps({"info": info, "rows": rows, "topk": topk, "stages": stages, "build_warps": build_warps}, indent=2))
     print(f"# raw JSON: {path}")
 
 

@@ -106,8 +106,8 @@ SPLIT_CASES = {  # name: (logits, k, splits, block): V/S tokens per split, in ti
     "whole splits and tiles at -inf": (_masked(3, 400, 17).roll(200, dims=1), 8, 8, 16),
     "fewer tokens in the last split than K": (_logits(2, 103, 18), 8, 20, 4),
     "more splits than tokens": (_logits(3, 20, 19), 4, 64, 8192),
-    "random fp32, k = 16": (_logits(3, 5000, 20), 16, 32, 64),
-    "random bf16, k = 8": (_logits(3, 5000, 21, torch.bfloat16), 8, 32, 128),
+    "random fp32, k = 16": (_logits(2, 3000, 20), 16, 32, 32),
+    "random bf16, k = 8": (_logits(2, 3000, 21, torch.bfloat16), 8, 16, 64),
 }
 
 
