@@ -61,9 +61,9 @@ CASES = {  # name: (logits, k)
 IMPLS = {"split": kernel.topk_logprobs, "blocks": kernel.topk_logprobs_blocks}
 
 
-def _border_ties(vocab: int, span: int) -> torch.Tensor:
+def _border_ties(vocab: int, span: int, depths: int = 2) -> torch.Tensor:
     """The best logits sit on both sides of every `span` border (and the row's ends), equal."""
-    x = _logits(2, vocab, 15, scale=0.5)
+    x = _logits(depths, vocab, 15, scale=0.5)
     for border in range(span, vocab, span):
         x[:, border - 1 : border + 1] = 4.0
     x[:, 0] = x[:, -1] = 4.0
@@ -189,4 +189,4 @@ def test_the_engine_does_not_import_triton_on_the_cpu_path():
 def test_real_sizes_on_the_gpu(depths, vocab, k, dtype, impl):
     _compare(f"L={depths} V={vocab} k={k} {dtype}", _logits(depths, vocab, 12, dtype), k, impl)
     _compare(f"tied L={depths} V={vocab}", _tied(depths, vocab, 13).to(dtype), k, impl)
-    _compare(f"border ties L={depths} V={vocab}", _border_ties(vocab, 4748).to(dtype), k, impl)
+    _compare(f"border ties L={depths} V={vocab}", _border_ties(vocab, 4748, depths).to(dtype), k, impl)
