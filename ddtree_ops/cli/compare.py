@@ -10,7 +10,7 @@ from rich.table import Table
 
 from ..compare.prompts import load_prompts
 from ..compare.report import ACCEPT_FOOTNOTE, TABLE_COLUMNS, fmt, table_rows
-from ..compare.run import CompareReport, default_out_dir, run_compare, write_compare_files
+from ..compare.run import DEFAULT_STALL_S, CompareReport, default_out_dir, run_compare, write_compare_files
 from ..exceptions import CheckFailed, ConfigError
 from .common import emit_json, json_option, project_from, say
 from .health import split_names
@@ -69,6 +69,15 @@ def _render(report: CompareReport, files: dict) -> None:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Report folder [default: ./ddtree-compare-<timestamp>].")
 @click.option("--hosts", "hosts", multiple=True, help="Only these hosts (repeat or comma-separate).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True, help="Seconds per request.")
+@click.option(
+    "--stall-timeout",
+    "stall_timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=DEFAULT_STALL_S,
+    show_default=True,
+    help="Seconds a request may go without a byte from the server; past it the host counts as not answering and "
+    "its remaining runs are skipped (the other hosts are measured).",
+)
 @json_option
 @click.pass_context
 def compare(
@@ -81,6 +90,7 @@ def compare(
     out_dir: str | None,
     hosts: tuple[str, ...],
     timeout: float,
+    stall_timeout: float,
     json_: bool,
 ) -> None:
     """Measure the tree service against the baseline service on the same prompts.
@@ -99,7 +109,8 @@ def compare(
     Exit codes:
       0  measured, and every lossless check passed
       1  a service is down (that host not measured; on every host: nothing measured or written),
-         a request failed (a service killed mid-run: that run), or a lossless check failed
+         a request failed (a service killed mid-run: that run; a host silent for --stall-timeout: its
+         remaining runs are skipped), or a lossless check failed
       2  bad input (unknown service or host, unreadable prompts, unwritable --out); nothing contacted
     """
     project = project_from(ctx)
@@ -114,6 +125,7 @@ def compare(
         max_tokens=max_tokens,
         host_names=split_names(hosts),
         timeout_s=timeout,
+        stall_s=stall_timeout,
         progress=say,
     )
     files = write_compare_files(report, out)

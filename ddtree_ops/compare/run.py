@@ -30,6 +30,10 @@ from .report import PromptSummary, Totals, decode_tokens_per_s, summarize_prompt
 WARMUP_MAX_TOKENS = 8
 ARMS = ("baseline", "tree")
 PREFLIGHT_TIMEOUT_S = 10.0
+# The longest a measured request may go without a byte from the server (connect, first token, the gap
+# between two tokens) before its host counts as not answering. A streaming server sends every token
+# as it commits; two minutes of silence is a host that is gone, not a slow prompt.
+DEFAULT_STALL_S = 120.0
 NOISY_RUNS_WARNING = (
     "--runs 1: one run per prompt per arm is noise (decode speed varies from run to run): "
     "use --runs 3 or more before acting on the speedup"
@@ -202,6 +206,16 @@ def measure_run(
     return result
 
 
+def stopped_answering(host: Host, svc: Service, err: Exception, stall_s: float | None, where: str, skipped: int = 0) -> str:
+    """The failure line for a service that stopped answering mid-compare (a request timed out)."""
+    waited = f"nothing for {stall_s:g} s" if stall_s else "no answer within the request's timeout"
+    rest = f"; its {skipped} remaining run(s) on {host.name} were not attempted" if skipped else ""
+    return (
+        f"{where}: {service_url(host, svc)} sent {waited} ({type(err).__name__}: {err}): the host or the service "
+        f"stopped answering{rest}; run `ddtree-ops healthcheck --hosts {host.name}`"
+    )
+
+
 def _compare_host(
     host: Host,
     arms: dict[str, Service],
@@ -215,8 +229,12 @@ def _compare_host(
     warnings: list[str],
     server_info: dict[str, dict[str, Any]],
     backend: str = "reference",
+    stall_s: float | None = None,
 ) -> None:
-    clients = {arm: ServiceClient(service_url(host, svc), timeout_s=timeout_s, backend=backend) for arm, svc in arms.items()}
+    clients = {
+        arm: ServiceClient(service_url(host, svc), timeout_s=timeout_s, backend=backend, stall_s=stall_s)
+        for arm, svc in arms.items()
+    }
     try:
         models: dict[str, str | None] = {}
         for arm, svc in arms.items():
@@ -226,6 +244,9 @@ def _compare_host(
                 models[arm] = clients[arm].model_id()
                 say(f"{where}: warm-up request")
                 clients[arm].stream_chat(list(prompts[0].messages), WARMUP_MAX_TOKENS, model=models[arm], timeout_s=timeout_s)
+            except httpx.TimeoutException as err:
+                failures.append(failure(host.name, svc.name, stopped_answering(host, svc, err, stall_s, "its warm-up")))
+                return
             except (httpx.HTTPError, ValueError) as err:
                 failures.append(failure(host.name, svc.name, f"warm-up failed ({service_url(host, svc)}): {err}; is the service healthy?"))
                 return
@@ -245,6 +266,15 @@ def _compare_host(
                     say(f"{host.name}/{svc.name}: {prompt.name} run {run + 1}/{runs}")
                     try:
                         measure_run(clients[arm], models[arm], prompt, max_tokens, result, timeout_s)
+                    except httpx.TimeoutException as err:
+                        # A host that stops answering (powered off, frozen, cut off) would cost every
+                        # later run the same wait: give it up and go on with the other hosts.
+                        result.error = f"{type(err).__name__}: {err}"
+                        report_runs.append(result)
+                        left = len(prompts) * runs * len(arms) - sum(1 for r in report_runs if r.host == host.name)
+                        failures.append(failure(host.name, svc.name, stopped_answering(
+                            host, svc, err, stall_s, f"prompt {prompt.name!r} run {run}", skipped=left)))
+                        return
                     except (httpx.HTTPError, ValueError) as err:
                         result.error = f"{type(err).__name__}: {err}"
                         failures.append(failure(host.name, svc.name, f"prompt {prompt.name!r} run {run}: {result.error}"))
@@ -274,6 +304,7 @@ def run_compare(
     max_tokens: int = 128,
     host_names: Sequence[str] | None = None,
     timeout_s: float = 600.0,
+    stall_s: float | None = DEFAULT_STALL_S,
     progress: Progress = silent,
 ) -> CompareReport:
     """Measure baseline vs tree on every selected host that runs both.
@@ -289,6 +320,9 @@ def run_compare(
         max_tokens: completion length limit (the same on both arms).
         host_names: restrict to these hosts (None = all that run both services).
         timeout_s: per request.
+        stall_s: the longest a request may go without a byte from the server; a host that stays
+            silent that long is given up (its remaining runs are not attempted), and the other hosts
+            are measured. None = `timeout_s`.
 
     Returns:
         the report; `report.ok` is False when a service errored or a lossless check failed.
@@ -329,7 +363,7 @@ def run_compare(
     for host in [h for h in hosts if h.name not in down]:
         _compare_host(
             host, arms, prompts, runs, max_tokens, timeout_s, say, all_runs, failures, warnings, server_info,
-            project.engine.backend,
+            project.engine.backend, stall_s,
         )  # fmt: skip
     say(f"measured {len(all_runs)} runs in {time.perf_counter() - t0:.1f}s")
 
