@@ -78,6 +78,11 @@ def _render(report: CompareReport, files: dict) -> None:
     help="Seconds a request may go without a byte from the server; past it the host counts as not answering and "
     "its remaining runs are skipped (the other hosts are measured).",
 )
+@click.option(
+    "--parallel-hosts", type=click.IntRange(min=1), default=1, show_default=True,
+    help="Measure this many hosts at once (each host's arms still take turns). Keep 1 when hosts share a "
+    "machine (the lab); a fleet of separate machines: its host count.",
+)  # fmt: skip
 @json_option
 @click.pass_context
 def compare(
@@ -91,6 +96,7 @@ def compare(
     hosts: tuple[str, ...],
     timeout: float,
     stall_timeout: float,
+    parallel_hosts: int,
     json_: bool,
 ) -> None:
     """Measure the tree service against the baseline service on the same prompts.
@@ -104,6 +110,7 @@ def compare(
     Examples:
       ddtree-ops compare --runs 3 --out report/
       ddtree-ops compare --hosts gpu-1 --prompts heldout --json
+      ddtree-ops compare --parallel-hosts 8     # 8 GPU hosts measured at once
 
     \b
     Exit codes:
@@ -127,6 +134,7 @@ def compare(
         timeout_s=timeout,
         stall_s=stall_timeout,
         progress=say,
+        parallel_hosts=parallel_hosts,
     )
     files = write_compare_files(report, out)
     if json_:

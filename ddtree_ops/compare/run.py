@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -34,6 +35,7 @@ PREFLIGHT_TIMEOUT_S = 10.0
 # between two tokens) before its host counts as not answering. A streaming server sends every token
 # as it commits; two minutes of silence is a host that is gone, not a slow prompt.
 DEFAULT_STALL_S = 120.0
+PREFLIGHT_WORKERS = 32
 NOISY_RUNS_WARNING = (
     "--runs 1: one run per prompt per arm is noise (decode speed varies from run to run): "
     "use --runs 3 or more before acting on the speedup"
@@ -306,11 +308,14 @@ def run_compare(
     timeout_s: float = 600.0,
     stall_s: float | None = DEFAULT_STALL_S,
     progress: Progress = silent,
+    parallel_hosts: int = 1,
 ) -> CompareReport:
     """Measure baseline vs tree on every selected host that runs both.
 
-    Hosts are measured one after another (not in parallel) so that lab hosts sharing one machine
-    do not slow each other down.
+    By default hosts are measured one after another, so that hosts sharing one machine (the lab's
+    containers) do not slow each other's runs down. Hosts that are machines of their own can be
+    measured at once (`parallel_hosts`): on each host the arms still take turns, so the speedup is
+    measured as before, and a fleet takes about the time of its slowest host.
 
     Args:
         project: the validated project file.
@@ -323,6 +328,7 @@ def run_compare(
         stall_s: the longest a request may go without a byte from the server; a host that stays
             silent that long is given up (its remaining runs are not attempted), and the other hosts
             are measured. None = `timeout_s`.
+        parallel_hosts: how many hosts are measured at once (1: one after another).
 
     Returns:
         the report; `report.ok` is False when a service errored or a lossless check failed.
@@ -360,11 +366,23 @@ def run_compare(
     t0 = time.perf_counter()
     if down:
         say(f"not measuring {', '.join(sorted(down))}: a service there is not healthy (see the failures)")
-    for host in [h for h in hosts if h.name not in down]:
+    measured = [h for h in hosts if h.name not in down]
+
+    def measure(host: Host) -> tuple[list[RunResult], list[dict[str, Any]], list[str]]:
+        # Each host fills its own lists; they are joined in host order, so the report reads the same
+        # however many hosts ran at once.
+        runs_of, failures_of, warnings_of = [], [], []
         _compare_host(
-            host, arms, prompts, runs, max_tokens, timeout_s, say, all_runs, failures, warnings, server_info,
+            host, arms, prompts, runs, max_tokens, timeout_s, say, runs_of, failures_of, warnings_of, server_info,
             project.engine.backend, stall_s,
         )  # fmt: skip
+        return runs_of, failures_of, warnings_of
+
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel_hosts, len(measured) or 1))) as pool:
+        for runs_of, failures_of, warnings_of in pool.map(measure, measured):
+            all_runs += runs_of
+            failures += failures_of
+            warnings += warnings_of
     say(f"measured {len(all_runs)} runs in {time.perf_counter() - t0:.1f}s")
 
     summaries = []
@@ -431,19 +449,23 @@ def preflight(
     Returns:
         one failure per service that is not healthy, naming why (empty: go ahead).
     """
-    problems = []
-    for host in hosts:
-        for svc in services:
-            url = service_url(host, svc)
-            with ServiceClient(url, timeout_s=min(timeout_s, PREFLIGHT_TIMEOUT_S), backend=backend) as client:
-                try:
-                    status = client.health_status()
-                except httpx.HTTPError as err:
-                    problems.append(failure(host.name, svc.name, f"cannot reach {url}/health: {str(err) or type(err).__name__}"))
-                    continue
-            if status != 200:
-                problems.append(failure(host.name, svc.name, f"{url}/health answered {status} (503: still loading)"))
-    return problems
+
+    def ask(host: Host, svc: Service) -> dict[str, Any] | None:
+        url = service_url(host, svc)
+        with ServiceClient(url, timeout_s=min(timeout_s, PREFLIGHT_TIMEOUT_S), backend=backend) as client:
+            try:
+                status = client.health_status()
+            except httpx.HTTPError as err:
+                return failure(host.name, svc.name, f"cannot reach {url}/health: {str(err) or type(err).__name__}")
+        if status != 200:
+            return failure(host.name, svc.name, f"{url}/health answered {status} (503: still loading)")
+        return None
+
+    # All at once (a /health answer is cheap): one unreachable host costs its timeout once, not once per host.
+    pairs = [(host, svc) for host in hosts for svc in services]
+    with ThreadPoolExecutor(max_workers=max(1, min(PREFLIGHT_WORKERS, len(pairs)))) as pool:
+        answers = list(pool.map(lambda pair: ask(*pair), pairs))
+    return [a for a in answers if a is not None]
 
 
 def write_compare_files(report: CompareReport, out_dir: str | Path) -> dict[str, Path]:
