@@ -101,6 +101,9 @@ def main() -> None:
     finally:
         if not args.keep:
             subprocess.run([OPS, "lab", "down", "--dir", str(lab_dir)], capture_output=True, env=env)
+            if args.lab_dir is None:
+                shutil.rmtree(lab_dir.parent, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)  # Ansible logs, compare reports: the figures are in the JSON
 
     small, large = figures[str(args.small)], figures[str(args.large)]
     ratios = {k: large[k] / small[k] for k in small}
