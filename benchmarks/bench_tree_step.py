@@ -14,6 +14,11 @@ Rows, over the same [L=15, V=151,936] bf16 draft logits:
 Budgets 15 (topk 8), 22, 64, 256 (topk 8). Ratios printed: kernel graph / argmax (target <=
 1.2), today / kernel graph (target >= 25x at b15, >= 40x at b256), and each against eager.
 
+Then the top-K pass on its own (K = 8, same logits), eager and in a CUDA graph: the split kernel
+(`topk_logprobs`, S = 16 / 32 / 64 splits per row) against the previous one-program-per-block
+kernel (`topk_logprobs_blocks`) and against the argmax, as ratios from this run. Last, the
+build kernel at budgets 64 and 256 in a CUDA graph with 1, 2, 4 and 8 warps (it takes 1 today).
+
     python benchmarks/bench_tree_step.py [--out DIR]   (JSON to DIR, else $OUT, else benchmarks/results/)
 """
 
@@ -38,10 +43,13 @@ from triton.testing import do_bench  # noqa: E402
 from ddtree_engine.core.tree import build_tree, compile_tree  # noqa: E402
 from ddtree_engine.kernels.tree_build import reference as build_reference  # noqa: E402
 from ddtree_engine.kernels.tree_mask import reference as mask_reference  # noqa: E402
+from ddtree_engine.kernels.topk_logprobs import kernel as topk_kernel  # noqa: E402
 from ddtree_engine.kernels.tree_step import TreeStep, reference_step  # noqa: E402
 
 DEPTHS, VOCAB = 15, 151_936
 BUDGETS = [(15, 8), (22, 8), (64, 8), (256, 8)]
+TOPK_K = 8
+TOPK_SPLITS = [16, 32, 64]
 
 
 def _git_revision() -> str:
@@ -70,6 +78,54 @@ def lean(logits: torch.Tensor, budget: int, topk: int) -> torch.Tensor:
     n = int(arrays[-1][0])
     mask = mask_reference.compile_tree_arrays(arrays[1], arrays[2], n, 100)[0]
     return mask.to(logits.device)
+
+
+def graphed(fn):
+    """`fn` captured in a CUDA graph (run once on a side stream first: Triton compiles there)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
+
+
+def topk_rows(logits: torch.Tensor, bench, argmax_us: float, argmax_graph_us: float) -> list[dict]:
+    """The top-K pass alone: split kernel (each S) and the per-block kernel, eager and graphed."""
+    want_vals, want_ids = topk_kernel.topk_logprobs_blocks(logits, TOPK_K)
+    ref_vals, ref_ids = torch.topk(logits.float(), TOPK_K, dim=-1)  # no tie order: values only
+    out_blocks = (torch.empty_like(want_vals), torch.empty_like(want_ids))
+    variants = {"blocks (old)": lambda o=out_blocks: topk_kernel.topk_logprobs_blocks(logits, TOPK_K, out=o)}
+    for splits in TOPK_SPLITS:
+        out = (torch.empty_like(want_vals), torch.empty_like(want_ids))
+        variants[f"split S={splits}"] = lambda o=out, s=splits: topk_kernel.topk_logprobs(logits, TOPK_K, splits=s, out=o)
+    measured = {}
+    for name, fn in variants.items():
+        vals, ids = fn()
+        # Same ids bit for bit; log-probs within 1e-6 (the sums are grouped differently).
+        same = torch.equal(ids, want_ids) and (vals - want_vals).abs().max().item() < 1e-6
+        same = same and torch.equal(logits.float().gather(1, ids), ref_vals)
+        measured[name] = {"eager_us": bench(fn), "graph_us": bench(graphed(fn).replay), "same_as_blocks": same}
+    old = measured["blocks (old)"]
+    rows = []
+    print(f"top-K pass alone, [{DEPTHS}, {VOCAB}] bf16, K = {TOPK_K} (old = one program per 4096-token block)")
+    print(f"{'kernel':>14} {'eager us':>9} {'graph us':>9} {'graph/argmax':>12} {'eager/argmax':>12} {'old/new graph':>13} {'old/new eager':>13}")
+    for name, m in measured.items():
+        row = {
+            "kernel": name, **m,
+            "graph_over_argmax_graph": m["graph_us"] / argmax_graph_us, "eager_over_argmax": m["eager_us"] / argmax_us,
+            "old_over_new_graph": old["graph_us"] / m["graph_us"], "old_over_new_eager": old["eager_us"] / m["eager_us"],
+        }
+        rows.append(row)
+        print(
+            f"{name:>14} {m['eager_us']:>9.1f} {m['graph_us']:>9.1f} {row['graph_over_argmax_graph']:>12.2f} "
+            f"{row['eager_over_argmax']:>12.2f} {row['old_over_new_graph']:>12.2f}x {row['old_over_new_eager']:>12.2f}x"
+            + ("" if m["same_as_blocks"] else "  MISMATCH vs the old kernel / torch.topk")
+        )
+    return rows
 
 
 def main() -> None:
@@ -120,14 +176,7 @@ def main() -> None:
             step.build(logits, root, prefix)
             step.walk(choices)
 
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            eager()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            eager()
+        graph = graphed(eager)
         today_us = bench(lambda b=budget, t=topk: today(logits, b, t), rep=max(args.rep, 400))
         lean_us = bench(lambda b=budget, t=topk: lean(logits, b, t), rep=max(args.rep, 400))
         eager_us = bench(eager)
@@ -145,6 +194,7 @@ def main() -> None:
             f"{row['graph_over_argmax']:>12.2f} {row['today_over_graph']:>10.1f}x {row['today_over_eager']:>10.1f}x "
             f"{row['lean_over_graph']:>9.1f}x" + ("" if same else "  MISMATCH vs reference")
         )
+    topk = topk_rows(logits, bench, argmax_us, argmax_graph_us)
     # Where the kernel time goes at each budget (one stage at a time, eager launches, GPU time).
     stages = {}
     for budget, topk in BUDGETS:
@@ -152,6 +202,7 @@ def main() -> None:
         k = step.k
         stages[budget] = {
             "topk_us": bench(lambda s=step, k=k: s.topk_kernel.topk_logprobs(logits, k, out=(s.vals, s.ids))),
+            "topk_blocks_us": bench(lambda s=step, k=k: s.topk_kernel.topk_logprobs_blocks(logits, k, out=(s.vals, s.ids))),
             "build_us": bench(lambda s=step: s.build_kernel.build_tree_arrays(s.vals, s.ids, s.budget, root, 0, out=s.tree)),
             "compile_us": bench(
                 lambda s=step: s.mask_kernel.compile_tree_arrays(s.tree[1], s.tree[2], s.tree[5], prefix, DEPTHS, out=s.compiled)
@@ -159,10 +210,26 @@ def main() -> None:
             "walk_us": bench(lambda s=step: s.walk_kernel.walk_arrays(s.tree[0], s.tree[1], s.tree[5], s.tree[0], DEPTHS, out=s.walked)),
         }
         print(f"stages b{budget}: " + ", ".join(f"{name} {us:.1f} us" for name, us in stages[budget].items()))
+    # The build is one program running `budget` serial pops; its warp count is a latency trade
+    # (1 warp: no barriers, 8 slots per lane; more: fewer slots per lane, barriers per pop).
+    build_warps = {}
+    for budget, topk in BUDGETS[-2:]:
+        step = TreeStep(DEPTHS, VOCAB, budget, topk, device)
+        step.build(logits, root, prefix)
+        want = [t.clone() for t in step.tree]
+        build_warps[budget] = {}
+        for warps in (1, 2, 4, 8):
+            fn = lambda s=step, w=warps: s.build_kernel.build_tree_arrays(s.vals, s.ids, s.budget, root, 0, out=s.tree, num_warps=w)
+            fn()
+            same = all(torch.equal(got, exp) for got, exp in zip(step.tree, want))
+            build_warps[budget][warps] = bench(graphed(fn).replay)
+            if not same:
+                print(f"  build b{budget} with {warps} warps: MISMATCH vs 1 warp")
+        print(f"build b{budget} in a CUDA graph by num_warps: " + ", ".join(f"{w}: {us:.1f} us" for w, us in build_warps[budget].items()))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"bench_tree_step_{time.strftime('%Y%m%d_%H%M%S')}.json"
-    path.write_text(json.dumps({"info": info, "rows": rows, "stages": stages}, indent=2))
+    path.write_text(json.dumps({"info": info, "rows": rows, "topk": topk, "stages": stages, "build_warps": build_warps}, indent=2))
     print(f"# raw JSON: {path}")
 
 

@@ -157,15 +157,20 @@ def with_config_option(command: click.Command) -> click.Command:
     return command
 
 
-def project_from(ctx: click.Context) -> Project:
+def project_from(ctx: click.Context, api_key: bool = True) -> Project:
     """The validated project file for this invocation (raises ConfigError, exit 2); see `project_path`.
 
-    Its API key source (`api_key_env` / `api_key_file`) is checked too, and the key becomes this process's
-    `$DDTREE_API_KEY`, where deploy and the HTTP client read it (`service/api_key.py`).
+    Args:
+        ctx: the command's context.
+        api_key: the command uses the services' API key (deploy writes it, the HTTP checks send it): its
+            source (`api_key_env` / `api_key_file`) is checked, and the key becomes this process's
+            `$DDTREE_API_KEY`, where deploy and the HTTP client read it (`service/api_key.py`). Commands
+            that never use it (provision, doctor, hosts trust, undeploy) pass False and run without it.
     """
     path = project_path(ctx.find_root().meta.get(CONFIG_KEY))
     project = load_project(path)
-    export_api_key(resolve_api_key(project, path.parent))
+    if api_key:
+        export_api_key(resolve_api_key(project, path.parent))
     return project
 
 

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from ..compare.prompts import load_prompts
 from ..compare.report import ACCEPT_FOOTNOTE, TABLE_COLUMNS, fmt, table_rows
-from ..compare.run import CompareReport, default_out_dir, run_compare, write_compare_files
+from ..compare.run import DEFAULT_STALL_S, CompareReport, default_out_dir, run_compare, write_compare_files
 from ..exceptions import CheckFailed, ConfigError
 from .common import emit_json, json_option, project_from, say
 from .health import split_names
@@ -69,6 +69,20 @@ def _render(report: CompareReport, files: dict) -> None:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Report folder [default: ./ddtree-compare-<timestamp>].")
 @click.option("--hosts", "hosts", multiple=True, help="Only these hosts (repeat or comma-separate).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True, help="Seconds per request.")
+@click.option(
+    "--stall-timeout",
+    "stall_timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=DEFAULT_STALL_S,
+    show_default=True,
+    help="Seconds a request may go without a byte from the server; past it the host counts as not answering and "
+    "its remaining runs are skipped (the other hosts are measured).",
+)
+@click.option(
+    "--parallel-hosts", type=click.IntRange(min=1), default=1, show_default=True,
+    help="Measure this many hosts at once (each host's arms still take turns). Keep 1 when hosts share a "
+    "machine (the lab); a fleet of separate machines: its host count.",
+)  # fmt: skip
 @json_option
 @click.pass_context
 def compare(
@@ -81,6 +95,8 @@ def compare(
     out_dir: str | None,
     hosts: tuple[str, ...],
     timeout: float,
+    stall_timeout: float,
+    parallel_hosts: int,
     json_: bool,
 ) -> None:
     """Measure the tree service against the baseline service on the same prompts.
@@ -94,12 +110,14 @@ def compare(
     Examples:
       ddtree-ops compare --runs 3 --out report/
       ddtree-ops compare --hosts gpu-1 --prompts heldout --json
+      ddtree-ops compare --parallel-hosts 8     # 8 GPU hosts measured at once
 
     \b
     Exit codes:
       0  measured, and every lossless check passed
       1  a service is down (that host not measured; on every host: nothing measured or written),
-         a request failed (a service killed mid-run: that run), or a lossless check failed
+         a request failed (a service killed mid-run: that run; a host silent for --stall-timeout: its
+         remaining runs are skipped), or a lossless check failed
       2  bad input (unknown service or host, unreadable prompts, unwritable --out); nothing contacted
     """
     project = project_from(ctx)
@@ -114,7 +132,9 @@ def compare(
         max_tokens=max_tokens,
         host_names=split_names(hosts),
         timeout_s=timeout,
+        stall_s=stall_timeout,
         progress=say,
+        parallel_hosts=parallel_hosts,
     )
     files = write_compare_files(report, out)
     if json_:

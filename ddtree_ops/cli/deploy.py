@@ -195,7 +195,7 @@ def undeploy(ctx, services_, hosts, all_, yes, lock_timeout, json_):
     """
     if all_ and (services_ or hosts):
         raise ConfigError("--all removes every service on every host: leave out --services/--hosts, or leave out --all")
-    project = project_from(ctx)
+    project = project_from(ctx, api_key=False)  # undeploy stops and removes; it sends no request
     services, hosts = _names(services_, "--services"), split_names(hosts) or None
     pairs = plan_undeploy(project, services, hosts)  # unknown names: exit 2 before any question
     if not (all_ or services or hosts):

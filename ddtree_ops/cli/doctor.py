@@ -43,7 +43,7 @@ def doctor(
 
     Hosts are checked in parallel; each one's progress goes to stderr as it finishes.
     """
-    project = project_from(ctx)
+    project = project_from(ctx, api_key=False)  # doctor sends no request to the services
     # unknown names: ConfigError (exit 2) before any host is touched
     selected = project.select_hosts(hosts_from("doctor", hosts, positional_hosts))
     report = doctoring.run_doctor(

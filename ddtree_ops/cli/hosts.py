@@ -60,7 +60,7 @@ def trust(ctx: click.Context, names: tuple[str, ...], hosts_: tuple[str, ...], r
     already recorded with other keys is refused unless --replace; --replace removes that
     host's old entries only.
     """
-    project = project_from(ctx)
+    project = project_from(ctx, api_key=False)  # trusting host keys needs no API key
     # unknown names: ConfigError (exit 2) naming the known ones, before any host is contacted
     selected = project.select_hosts(split_names(names + hosts_))
     results = trust_hosts(selected, replace=replace)

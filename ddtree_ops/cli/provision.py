@@ -66,7 +66,7 @@ def provision(
     is then verified on its host (ABI manifest, stored beside it); a failed manifest
     exits 1 and `deploy` refuses that host.
     """
-    project = project_from(ctx)
+    project = project_from(ctx, api_key=False)  # provision builds envs; the key goes to hosts with deploy
     # unknown names: ConfigError (exit 2) before any host is touched
     selected = project.select_hosts(hosts_from("provision", hosts, positional_hosts))
     seams = seams_from(ctx)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -30,6 +31,11 @@ from .report import PromptSummary, Totals, decode_tokens_per_s, summarize_prompt
 WARMUP_MAX_TOKENS = 8
 ARMS = ("baseline", "tree")
 PREFLIGHT_TIMEOUT_S = 10.0
+# The longest a measured request may go without a byte from the server (connect, first token, the gap
+# between two tokens) before its host counts as not answering. A streaming server sends every token
+# as it commits; two minutes of silence is a host that is gone, not a slow prompt.
+DEFAULT_STALL_S = 120.0
+PREFLIGHT_WORKERS = 32
 NOISY_RUNS_WARNING = (
     "--runs 1: one run per prompt per arm is noise (decode speed varies from run to run): "
     "use --runs 3 or more before acting on the speedup"
@@ -202,6 +208,16 @@ def measure_run(
     return result
 
 
+def stopped_answering(host: Host, svc: Service, err: Exception, stall_s: float | None, where: str, skipped: int = 0) -> str:
+    """The failure line for a service that stopped answering mid-compare (a request timed out)."""
+    waited = f"nothing for {stall_s:g} s" if stall_s else "no answer within the request's timeout"
+    rest = f"; its {skipped} remaining run(s) on {host.name} were not attempted" if skipped else ""
+    return (
+        f"{where}: {service_url(host, svc)} sent {waited} ({type(err).__name__}: {err}): the host or the service "
+        f"stopped answering{rest}; run `ddtree-ops healthcheck --hosts {host.name}`"
+    )
+
+
 def _compare_host(
     host: Host,
     arms: dict[str, Service],
@@ -215,8 +231,12 @@ def _compare_host(
     warnings: list[str],
     server_info: dict[str, dict[str, Any]],
     backend: str = "reference",
+    stall_s: float | None = None,
 ) -> None:
-    clients = {arm: ServiceClient(service_url(host, svc), timeout_s=timeout_s, backend=backend) for arm, svc in arms.items()}
+    clients = {
+        arm: ServiceClient(service_url(host, svc), timeout_s=timeout_s, backend=backend, stall_s=stall_s)
+        for arm, svc in arms.items()
+    }
     try:
         models: dict[str, str | None] = {}
         for arm, svc in arms.items():
@@ -226,6 +246,9 @@ def _compare_host(
                 models[arm] = clients[arm].model_id()
                 say(f"{where}: warm-up request")
                 clients[arm].stream_chat(list(prompts[0].messages), WARMUP_MAX_TOKENS, model=models[arm], timeout_s=timeout_s)
+            except httpx.TimeoutException as err:
+                failures.append(failure(host.name, svc.name, stopped_answering(host, svc, err, stall_s, "its warm-up")))
+                return
             except (httpx.HTTPError, ValueError) as err:
                 failures.append(failure(host.name, svc.name, f"warm-up failed ({service_url(host, svc)}): {err}; is the service healthy?"))
                 return
@@ -245,6 +268,15 @@ def _compare_host(
                     say(f"{host.name}/{svc.name}: {prompt.name} run {run + 1}/{runs}")
                     try:
                         measure_run(clients[arm], models[arm], prompt, max_tokens, result, timeout_s)
+                    except httpx.TimeoutException as err:
+                        # A host that stops answering (powered off, frozen, cut off) would cost every
+                        # later run the same wait: give it up and go on with the other hosts.
+                        result.error = f"{type(err).__name__}: {err}"
+                        report_runs.append(result)
+                        left = len(prompts) * runs * len(arms) - sum(1 for r in report_runs if r.host == host.name)
+                        failures.append(failure(host.name, svc.name, stopped_answering(
+                            host, svc, err, stall_s, f"prompt {prompt.name!r} run {run}", skipped=left)))
+                        return
                     except (httpx.HTTPError, ValueError) as err:
                         result.error = f"{type(err).__name__}: {err}"
                         failures.append(failure(host.name, svc.name, f"prompt {prompt.name!r} run {run}: {result.error}"))
@@ -274,12 +306,16 @@ def run_compare(
     max_tokens: int = 128,
     host_names: Sequence[str] | None = None,
     timeout_s: float = 600.0,
+    stall_s: float | None = DEFAULT_STALL_S,
     progress: Progress = silent,
+    parallel_hosts: int = 1,
 ) -> CompareReport:
     """Measure baseline vs tree on every selected host that runs both.
 
-    Hosts are measured one after another (not in parallel) so that lab hosts sharing one machine
-    do not slow each other down.
+    By default hosts are measured one after another, so that hosts sharing one machine (the lab's
+    containers) do not slow each other's runs down. Hosts that are machines of their own can be
+    measured at once (`parallel_hosts`): on each host the arms still take turns, so the speedup is
+    measured as before, and a fleet takes about the time of its slowest host.
 
     Args:
         project: the validated project file.
@@ -289,6 +325,10 @@ def run_compare(
         max_tokens: completion length limit (the same on both arms).
         host_names: restrict to these hosts (None = all that run both services).
         timeout_s: per request.
+        stall_s: the longest a request may go without a byte from the server; a host that stays
+            silent that long is given up (its remaining runs are not attempted), and the other hosts
+            are measured. None = `timeout_s`.
+        parallel_hosts: how many hosts are measured at once (1: one after another).
 
     Returns:
         the report; `report.ok` is False when a service errored or a lossless check failed.
@@ -326,11 +366,23 @@ def run_compare(
     t0 = time.perf_counter()
     if down:
         say(f"not measuring {', '.join(sorted(down))}: a service there is not healthy (see the failures)")
-    for host in [h for h in hosts if h.name not in down]:
+    measured = [h for h in hosts if h.name not in down]
+
+    def measure(host: Host) -> tuple[list[RunResult], list[dict[str, Any]], list[str]]:
+        # Each host fills its own lists; they are joined in host order, so the report reads the same
+        # however many hosts ran at once.
+        runs_of, failures_of, warnings_of = [], [], []
         _compare_host(
-            host, arms, prompts, runs, max_tokens, timeout_s, say, all_runs, failures, warnings, server_info,
-            project.engine.backend,
+            host, arms, prompts, runs, max_tokens, timeout_s, say, runs_of, failures_of, warnings_of, server_info,
+            project.engine.backend, stall_s,
         )  # fmt: skip
+        return runs_of, failures_of, warnings_of
+
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel_hosts, len(measured) or 1))) as pool:
+        for runs_of, failures_of, warnings_of in pool.map(measure, measured):
+            all_runs += runs_of
+            failures += failures_of
+            warnings += warnings_of
     say(f"measured {len(all_runs)} runs in {time.perf_counter() - t0:.1f}s")
 
     summaries = []
@@ -397,19 +449,23 @@ def preflight(
     Returns:
         one failure per service that is not healthy, naming why (empty: go ahead).
     """
-    problems = []
-    for host in hosts:
-        for svc in services:
-            url = service_url(host, svc)
-            with ServiceClient(url, timeout_s=min(timeout_s, PREFLIGHT_TIMEOUT_S), backend=backend) as client:
-                try:
-                    status = client.health_status()
-                except httpx.HTTPError as err:
-                    problems.append(failure(host.name, svc.name, f"cannot reach {url}/health: {str(err) or type(err).__name__}"))
-                    continue
-            if status != 200:
-                problems.append(failure(host.name, svc.name, f"{url}/health answered {status} (503: still loading)"))
-    return problems
+
+    def ask(host: Host, svc: Service) -> dict[str, Any] | None:
+        url = service_url(host, svc)
+        with ServiceClient(url, timeout_s=min(timeout_s, PREFLIGHT_TIMEOUT_S), backend=backend) as client:
+            try:
+                status = client.health_status()
+            except httpx.HTTPError as err:
+                return failure(host.name, svc.name, f"cannot reach {url}/health: {str(err) or type(err).__name__}")
+        if status != 200:
+            return failure(host.name, svc.name, f"{url}/health answered {status} (503: still loading)")
+        return None
+
+    # All at once (a /health answer is cheap): one unreachable host costs its timeout once, not once per host.
+    pairs = [(host, svc) for host in hosts for svc in services]
+    with ThreadPoolExecutor(max_workers=max(1, min(PREFLIGHT_WORKERS, len(pairs)))) as pool:
+        answers = list(pool.map(lambda pair: ask(*pair), pairs))
+    return [a for a in answers if a is not None]
 
 
 def write_compare_files(report: CompareReport, out_dir: str | Path) -> dict[str, Path]:

@@ -12,6 +12,7 @@ start). Every problem is collected (not raised) so one report shows all of them.
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
@@ -22,9 +23,9 @@ from ..progress import Progress, silent
 from ..config import Host, Project, Service
 from ..exceptions import ConfigError, HostError
 from ..hosts.layout import STATE_PATH, env_of_state, state_key, unit_name
-from ..hosts.query import HostState, UnitState, query_host
+from ..hosts.query import HostState, UnitState, query_host_with
 from ..hosts.ssh import SSH, Transport
-from ..provision.manifest import EnvVerdict, read_env_verdict
+from ..provision.manifest import EnvVerdict, manifest_read_command, verdict_from_text
 from ..service import server_info
 from ..service.client import ServiceClient, service_url
 from ..service.metrics_text import (
@@ -35,6 +36,10 @@ from ..service.metrics_text import (
     accept_length_lifetime,
 )
 
+# Every host's SSH check and every service's HTTP check get their own thread, up to this many: each
+# check mostly waits (on the network, on the host's engine), so a fleet is checked in about the time
+# of its slowest host rather than the sum of them.
+MAX_WORKERS = 64
 GENERATION_PROMPT = "The capital of France is"
 GENERATION_MAX_TOKENS = 8
 RECENT_ACCEPT_DEFINITION = (
@@ -83,6 +88,9 @@ class ServiceHealth:
 class HealthReport:
     results: list[ServiceHealth]
     systemd_checked: bool
+    # {"wall": s, "workers": n, "checks": [{"host", "check", "start", "end"}]}: seconds since the run
+    # began, one entry per SSH check (check "ssh") and per HTTP check (check = the service's name).
+    timings_s: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -113,6 +121,7 @@ class HealthReport:
             "warnings": [f"{r.host}/{r.service}: {w}" for r in self.results for w in r.warnings],
             "failures": [f for r in self.results for f in r.failure_entries()],
             "hosts": list(hosts.values()),
+            "timings_s": self.timings_s,
         }
 
 
@@ -345,7 +354,7 @@ def run_healthcheck(
     *,
     check_systemd: bool = True,
     timeout_s: float = 30.0,
-    max_workers: int = 16,
+    max_workers: int | None = None,
     progress: Progress = silent,
     transport: Transport = SSH,
 ) -> HealthReport:
@@ -356,12 +365,13 @@ def run_healthcheck(
         host_names, service_names: filters (None = all); unknown names raise ConfigError.
         check_systemd: also query systemd and state.json over SSH (off for servers run by hand).
         timeout_s: per HTTP request and per SSH command.
-        max_workers: threads for the SSH and HTTP checks.
+        max_workers: threads for the SSH and HTTP checks (None: one per check, up to MAX_WORKERS).
         progress: called with one-line status messages.
         transport: the SSH seam.
 
     Returns:
-        one ServiceHealth per (host, service), in project order; `report.ok` is the verdict.
+        one ServiceHealth per (host, service), in project order; `report.ok` is the verdict;
+        `report.timings_s` says when each check ran.
     """
     hosts = project.select_hosts(host_names)
     services = select_services(project, service_names)
@@ -369,25 +379,45 @@ def run_healthcheck(
     if not pairs:
         raise ConfigError("no service runs on the selected hosts: check --hosts/--services against the project file")
     say = progress
+    ssh_hosts = list({h.name: h for h, _ in pairs}.values()) if check_systemd else []
+    workers = max_workers or max(1, min(MAX_WORKERS, len(ssh_hosts) + len(pairs)))
+    started = time.monotonic()
+    checks: list[dict[str, Any]] = []
+
+    def timed(host: Host, check: str, task: Callable[[], Any]) -> Any:
+        start = time.monotonic() - started
+        try:
+            return task()
+        finally:
+            # list.append is atomic: the threads need no lock for it.
+            checks.append({"host": host.name, "check": check, "start": round(start, 3), "end": round(time.monotonic() - started, 3)})
 
     def host_task(host: Host) -> tuple[HostState, EnvVerdict]:
+        return timed(host, "ssh", lambda: _host_facts(host))
+
+    def _host_facts(host: Host) -> tuple[HostState, EnvVerdict]:
         names = [s.name for h, s in pairs if h.name == host.name]
         say(f"{host.name}: querying {', '.join(unit_name(n) for n in names)} over SSH")
-        facts = query_host(host, names, timeout_s=timeout_s, transport=transport)
         mode = project.engine.install.mode
+
+        def manifest_command(first: HostState) -> str | None:
+            env = env_of_state(first.state, mode)
+            return None if env is None else manifest_read_command(env)
+
+        # Two SSH round trips per host: the manifest is read with the releases (both named by state.json).
+        facts, manifest_text = query_host_with(host, names, manifest_command, timeout_s=timeout_s, transport=transport)
         env = env_of_state(facts.state, mode)
         if env is None:
             return facts, EnvVerdict(host.name, None, "missing", problem=f"no {state_key(mode)} recorded in {STATE_PATH}")
-        return facts, read_env_verdict(host, env, timeout_s=timeout_s, transport=transport)
+        return facts, verdict_from_text(host.name, env, manifest_text or "")
 
     def http_task(host: Host, service: Service) -> HttpFacts:
         say(f"{host.name}/{service.name}: checking {service_url(host, service)}")
-        return probe_http(service_url(host, service), timeout_s=timeout_s, backend=project.engine.backend)
+        url = service_url(host, service)
+        return timed(host, service.name, lambda: probe_http(url, timeout_s=timeout_s, backend=project.engine.backend))
 
-    with ThreadPoolExecutor(max_workers=max_workers) as pool:
-        host_futures = {}
-        if check_systemd:
-            host_futures = {h.name: pool.submit(host_task, h) for h in {h.name: h for h, _ in pairs}.values()}
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        host_futures = {h.name: pool.submit(host_task, h) for h in ssh_hosts}
         http_futures = [pool.submit(http_task, h, s) for h, s in pairs]
         facts: dict[str, tuple[HostState | None, EnvVerdict | None, str | None]] = {}
         for name, fut in host_futures.items():
@@ -399,4 +429,5 @@ def run_healthcheck(
         for (host, service), fut in zip(pairs, http_futures):
             host_facts, verdict, host_error = facts.get(host.name, (None, None, None))
             results.append(evaluate(host, service, project, fut.result(), host_facts, host_error, verdict))
-    return HealthReport(results=results, systemd_checked=check_systemd)
+    timings = {"wall": round(time.monotonic() - started, 3), "workers": workers, "checks": sorted(checks, key=lambda c: c["start"])}
+    return HealthReport(results=results, systemd_checked=check_systemd, timings_s=timings)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from ..config import Host
 from .layout import STATE_PATH, current_releases, release_json, unit_name
@@ -144,14 +144,41 @@ def parse_release_query(text: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+FOLLOW_UP_MARK = "### follow-up"
+
+
 def query_host(host: Host, services: list[str], timeout_s: float = 30.0, transport: Transport = SSH) -> HostState:
     """Unit states of `services` on `host`, its state.json and the current releases' release.json.
 
     Two SSH round trips: the release ids are only known once state.json has been read.
     """
+    return query_host_with(host, services, lambda _facts: None, timeout_s, transport)[0]
+
+
+def query_host_with(
+    host: Host,
+    services: list[str],
+    follow_up: Callable[[HostState], str | None],
+    timeout_s: float = 30.0,
+    transport: Transport = SSH,
+) -> tuple[HostState, str | None]:
+    """`query_host`, plus one more read-only command chosen from what state.json says, in the same second round trip.
+
+    Args:
+        follow_up: the first round trip's facts -> a shell command to run on the host (None: none).
+    Returns:
+        the host's state, and the follow-up's stdout (None when there was no follow-up).
+    """
     facts = parse_host_query(services, transport.run(host, host_query_command(services), timeout_s))
     releases = current_releases(facts.state, services)
-    if not releases:
-        return facts
-    found = parse_release_query(transport.run(host, release_query_command(releases), timeout_s))
-    return HostState(units=facts.units, state=facts.state, state_error=facts.state_error, releases=found)
+    extra = follow_up(facts)
+    parts = [release_query_command(releases)] if releases else []
+    if extra is not None:
+        parts.append(f"echo {shlex.quote(FOLLOW_UP_MARK)}; {{ {extra}; }}")
+    if not parts:
+        return facts, None
+    text = transport.run(host, "; ".join(parts), timeout_s)
+    release_text, _, extra_text = text.partition(FOLLOW_UP_MARK + "\n")
+    if releases:
+        facts = HostState(units=facts.units, state=facts.state, state_error=facts.state_error, releases=parse_release_query(release_text))
+    return facts, (extra_text if extra is not None else None)

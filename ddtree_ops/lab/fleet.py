@@ -120,6 +120,24 @@ def _install_key(container: str, public_key: str) -> None:
     )  # fmt: skip
 
 
+# Every lab host is a container on this one machine: an engine's torch would start one thread per core of
+# the machine, so N hosts x 2 services would oversubscribe its cores N*2 times over and spin against each
+# other (measured: healthcheck over 8 lab hosts 52 s with that, 3.5 s with one thread each, on 2 cores).
+# Real hosts each have their own cores and GPU: this is the lab's setting only, in systemd's manager
+# environment (the drop-in for boots, set-environment for now), so the units deploy writes stay as on real hosts.
+LAB_THREADS_ENV = "OMP_NUM_THREADS=1"
+LAB_SYSTEMD_DROP_IN = "/etc/systemd/system.conf.d/ddtree-lab-threads.conf"
+
+
+def _share_cpus(container: str) -> None:
+    docker(
+        "exec", container, "sh", "-c",
+        f"mkdir -p {LAB_SYSTEMD_DROP_IN.rsplit('/', 1)[0]} && "
+        f"printf '[Manager]\\nDefaultEnvironment={LAB_THREADS_ENV}\\n' > {LAB_SYSTEMD_DROP_IN} && "
+        f"systemctl set-environment {LAB_THREADS_ENV}",
+    )  # fmt: skip
+
+
 def host_keys_of(container: str) -> list[HostKey]:
     """The SSH host keys a lab container's sshd offers, read inside it (its /etc/ssh/ssh_host_*_key.pub).
 
@@ -266,6 +284,7 @@ def up(n_hosts: int = 2, lab_dir: Path | None = None) -> LabReport:
         name = lab.container(i)
         _wait_for_systemd(name)
         _install_key(name, public_key)
+        _share_cpus(name)
         address = address_of(lab, inspect_object("container", name) or {})
         if not address:
             raise HostError(f"lab container {name} has no address on network {lab.network}")

@@ -281,5 +281,9 @@ def read_env_verdict(
             env = None
         if env is None:
             return EnvVerdict(host.name, None, "missing", problem=f"no {state_key(mode)} recorded in {STATE_PATH}")
-    text = transport.run(host, f"cat {shlex.quote(stored_path(env))} 2>/dev/null || true", timeout_s)
-    return verdict_from_text(host.name, env, text)
+    return verdict_from_text(host.name, env, transport.run(host, manifest_read_command(env), timeout_s))
+
+
+def manifest_read_command(env: str) -> str:
+    """The shell command that prints the manifest stored beside `env` (nothing when there is none)."""
+    return f"cat {shlex.quote(stored_path(env))} 2>/dev/null || true"

@@ -69,14 +69,36 @@ def _token_ids_from(extra: Any) -> list[int] | None:
     return None
 
 
+CONNECT_TIMEOUT_S = 10.0  # a TCP connect on a LAN or loopback takes milliseconds; beyond this the host is gone
+
+
+def request_timeout(timeout_s: float, stall_s: float | None) -> httpx.Timeout:
+    """httpx's timeouts for one request: connect within CONNECT_TIMEOUT_S, each read within `stall_s`.
+
+    Args:
+        timeout_s: the request's whole budget (every phase is capped by it).
+        stall_s: the longest wait for the next bytes (None = `timeout_s`).
+    """
+    stall = timeout_s if stall_s is None else min(stall_s, timeout_s)
+    return httpx.Timeout(timeout_s, connect=min(CONNECT_TIMEOUT_S, timeout_s), read=stall)
+
+
 class ServiceClient:
     """The HTTP API of one deployed service; `backend` (the project's engine.backend) picks the dialect
     (`dialect.py`) where the two servers differ."""
 
-    def __init__(self, base_url: str, timeout_s: float = 30.0, backend: str = "reference") -> None:
+    def __init__(self, base_url: str, timeout_s: float = 30.0, backend: str = "reference", stall_s: float | None = None) -> None:
+        """Args:
+            base_url: the service's URL; backend: the project's engine.backend.
+            timeout_s: the longest any one request may take.
+            stall_s: the longest the server may send nothing (connect included) before the request
+                fails with httpx.TimeoutException: a host that stops answering mid-stream fails
+                within it instead of after `timeout_s`; None = `timeout_s`.
+        """
         self.base_url = base_url
         self.backend = check_backend(backend)
-        self._client = httpx.Client(base_url=base_url, timeout=timeout_s, headers=api_headers())
+        self.timeout_s, self.stall_s = timeout_s, stall_s
+        self._client = httpx.Client(base_url=base_url, timeout=request_timeout(timeout_s, stall_s), headers=api_headers())
 
     def close(self) -> None:
         self._client.close()
@@ -136,8 +158,11 @@ class ServiceClient:
     ) -> StreamedCompletion:
         """A streamed greedy chat completion with `usage` requested in the final chunk.
 
+        `timeout_s` bounds the whole request; the client's `stall_s` bounds each wait for the next bytes.
+
         Raises:
-            httpx.HTTPError: the request failed; ValueError: the stream was malformed or had no usage.
+            httpx.HTTPError: the request failed (httpx.TimeoutException: past `timeout_s` in all, or
+                `stall_s` without a byte); ValueError: the stream was malformed or had no usage.
         """
         body: dict[str, Any] = {
             "messages": messages,
@@ -151,13 +176,16 @@ class ServiceClient:
         out = StreamedCompletion()
         pieces: list[str] = []
         out.t_start = time.perf_counter()
-        with self._client.stream("POST", "/v1/chat/completions", json=body, timeout=timeout_s) as r:
+        deadline = out.t_start + timeout_s
+        with self._client.stream("POST", "/v1/chat/completions", json=body, timeout=request_timeout(timeout_s, self.stall_s)) as r:
             if r.status_code != 200:
                 r.read()
                 raise httpx.HTTPStatusError(
                     f"/v1/chat/completions answered {r.status_code}: {r.text[:300]}", request=r.request, response=r
                 )
             for t, data in _sse_events(r.iter_lines()):
+                if t > deadline:
+                    raise httpx.ReadTimeout(f"the stream went past the request's {timeout_s:g} s", request=r.request)
                 if data == "[DONE]":
                     break
                 chunk = json.loads(data)

@@ -239,11 +239,14 @@ def _handler(fake: FakeSGLang):
 
 
 class Served:
-    """A FakeSGLang listening on 127.0.0.1 in a thread (a context manager)."""
+    """A FakeSGLang listening on `address` (127.0.0.1; any 127.x.y.z is loopback) in a thread (a context manager).
 
-    def __init__(self, fake: FakeSGLang) -> None:
+    `port` 0 picks a free one; a second host on another 127.x address can take the first one's port.
+    """
+
+    def __init__(self, fake: FakeSGLang, address: str = "127.0.0.1", port: int = 0) -> None:
         self.fake = fake
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
+        self.server = ThreadingHTTPServer((address, port), _handler(fake))
         self.port = self.server.server_address[1]
         fake.port = self.port
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)

@@ -33,6 +33,12 @@ def _docker_or_skip() -> None:
 
 
 @pytest.fixture(scope="session")
+def docker_available() -> None:
+    """Docker runs here (it is started when it can be); else the test skips, or fails under $DDTREE_REQUIRE_LAB."""
+    _docker_or_skip()
+
+
+@pytest.fixture(scope="session")
 def lab_fleet(tmp_path_factory):
     """Two lab hosts (lab-1, lab-2) and their ddtree.yaml; yields the `LabReport` of `lab up`.
 

@@ -283,3 +283,24 @@ def test_the_drafter_graph_choice_rides_dflash_init_cuda_graphs():
     ours_init = " ".join(function_source(worker, "init_cuda_graphs").split())
     assert "self._draft_worker.init_cuda_graphs(capture_decode_cuda_graph=False)" in ours_init
     assert "graph_width = int(get_spec().speculative_num_draft_tokens)" in ours_init
+def test_the_pool_sizing_the_shortfall_wrapper_wraps_raises_what_it_matches():
+    """fit.install wraps KVCacheConfigurator._handle_max_mamba_cache and matches SGLang's shortfall
+    message; a release that renames either would leave DDTREE's message silently unused."""
+    from ddtree_engine.sglang_plugin import fit
+
+    module, cls_name, method = fit.TARGET
+    path, source = module_source(module)
+    tree = ast.parse(source)
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls_name), None)
+    assert cls is not None, f"{cls_name} is not in {path}"
+    fn = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == method), None)
+    assert fn is not None, f"{cls_name}.{method} is not in {path}"
+    assert fit.SHORTFALL in ast.get_source_segment(source, fn), f"{method} no longer raises {fit.SHORTFALL!r}"
+    # What ddtree_message reads from SGLang's runtime context.
+    _, context = module_source("sglang.srt.runtime_context")
+    assert {"get_spec", "get_schedule"} <= top_level_names(ast.parse(context))
+    # And the scheduler asks for the draft worker (DDTreeSpecAlgo.create_worker installs the wrapper)
+    # before it sizes the pools.
+    _, scheduler = module_source("sglang.srt.managers.scheduler")
+    body = scheduler[scheduler.index("def init_model_worker(self):"):]
+    assert body.index("self.maybe_init_draft_worker()") < body.index("self.init_memory_pools()")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -63,7 +64,7 @@ def fleet(tmp_path_factory):
         "ar": ("pair0", ["--algorithm", "ar"]),
         "impostor": ("pair1", ["--algorithm", "dflash"]),
     }
-    procs, ports = [], {}
+    procs, ports, by_name = [], {}, {}
     try:
         for name, (pair, args) in specs.items():
             ports[name] = _free_port()
@@ -89,7 +90,8 @@ def fleet(tmp_path_factory):
                 if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
                     pytest.fail(f"server {name} did not become healthy:\n{(root / f'{name}.log').read_text()[-3000:]}")
                 time.sleep(0.5)
-        yield {"root": root, "ports": ports}
+        by_name = dict(zip(specs, procs))
+        yield {"root": root, "ports": ports, "procs": by_name}
     finally:
         for p in procs:
             p.terminate()
@@ -240,3 +242,40 @@ def test_compare_catches_a_lossy_arm(fleet, tmp_path):
     assert "✗" in r.stdout
     assert "local: the arms serve different targets" in r.stdout
     assert "local: prompt 'code': lossless check failed: tree run 0 differs from baseline run 0 at token" in r.output
+
+
+def test_compare_gives_up_on_a_host_that_stops_answering_mid_run(fleet, tmp_path):
+    """A host that goes silent mid-compare (here its tree server frozen with SIGSTOP: the kernel still
+    accepts connections, nothing answers, as with a host cut off) costs one --stall-timeout, not the
+    request timeout on every remaining run; the runs before it stay in the report."""
+    project = load_project(write_project(fleet, tmp_path / "ddtree.yaml"))
+    prompts = [p for p in BUILTIN_PROMPTS if p.name in ("code", "json", "prose")]
+    tree = fleet["procs"]["tree"]
+    frozen = []
+
+    def progress(message: str) -> None:
+        # Freeze the tree server just before the second prompt's first tree request goes out.
+        if message.startswith("local/tree: json run 1/") and not frozen:
+            os.kill(tree.pid, signal.SIGSTOP)
+            frozen.append(time.monotonic())
+
+    t0 = time.monotonic()
+    try:
+        report = run_compare(project, prompts, runs=2, max_tokens=8, timeout_s=300, stall_s=3, progress=progress)
+    finally:
+        os.kill(tree.pid, signal.SIGCONT)
+    assert frozen, "the tree server was never frozen: the progress line changed"
+    assert time.monotonic() - frozen[0] < 30, "compare waited for the request timeout, not the stall timeout"
+    assert not report.ok
+    [fail] = report.failures
+    assert fail["host"] == "local" and fail["service"] == "tree"
+    assert "sent nothing for 3 s" in fail["message"] and "stopped answering" in fail["message"]
+    # code: 2 runs x 2 arms done; json run 0: baseline done, tree timed out; 11 of 12 would be left
+    # after the 5 recorded (4 + baseline + the failed tree run = 6 recorded, 6 left).
+    recorded = [r for r in report.runs if r.host == "local"]
+    assert len(recorded) == 6 and [r.error is None for r in recorded] == [True] * 5 + [False]
+    assert "its 6 remaining run(s) on local were not attempted" in fail["message"]
+    assert "healthcheck --hosts local" in fail["message"]
+    assert time.monotonic() - t0 < 120
+    # Thawed, the server answers again (the module's other tests share it).
+    assert httpx.get(f"http://127.0.0.1:{fleet['ports']['tree']}/health", timeout=30).status_code == 200

@@ -135,3 +135,53 @@ def test_the_cli_json_documents_validate_and_carry_no_key(served, tmp_path):
     for result in (health, compare):
         doc = validate(json.loads(result.stdout))
         assert doc["ok"] is True and KEY not in result.stdout
+
+
+def test_compare_measures_hosts_at_once_with_parallel_hosts_and_reports_them_in_host_order(monkeypatch):
+    """Two hosts (127.0.0.2 and .3, the same ports): --parallel-hosts 2 overlaps them; 1 (the default) does not."""
+    import threading
+    import time
+
+    monkeypatch.setenv("DDTREE_API_KEY", KEY)
+    lock, in_flight, peak = threading.Lock(), [0], [0]
+
+    def counted(fake):
+        original = fake.generate
+
+        def generate(max_tokens: int, prompt_tokens: int) -> list[str]:
+            with lock:
+                in_flight[0] += 1
+                peak[0] = max(peak[0], in_flight[0])
+            try:
+                time.sleep(0.05)  # long enough that two hosts measured at once are seen generating together
+                return original(max_tokens, prompt_tokens)
+            finally:
+                with lock:
+                    in_flight[0] -= 1
+
+        fake.generate = generate
+        return fake
+
+    b1, t1 = (counted(f) for f in fakes())
+    b2, t2 = (counted(f) for f in fakes())
+    with Served(b1, "127.0.0.2") as sb1, Served(t1, "127.0.0.2") as st1:
+        with Served(b2, "127.0.0.3", sb1.port), Served(t2, "127.0.0.3", st1.port):
+            project = parse_project(
+                {
+                    "hosts": [{"name": "a", "address": "127.0.0.2"}, {"name": "b", "address": "127.0.0.3"}],
+                    "engine": {"backend": "sglang", "target": "/models/q35", "draft": "/models/d"},
+                    "services": [
+                        {"name": "baseline", "algorithm": "dflash", "port": sb1.port},
+                        {"name": "tree", "algorithm": "ddtree", "budget": 15, "topk": 8, "port": st1.port},
+                    ],
+                }
+            )
+            for parallel_hosts, expected_peak in ((1, 1), (2, 2)):
+                peak[0] = 0
+                report = run_compare(project, BUILTIN_PROMPTS[:2], runs=2, max_tokens=9, parallel_hosts=parallel_hosts)
+                assert report.ok and report.warnings == [], (report.failure_lines(), report.warnings)
+                assert peak[0] == expected_peak, f"--parallel-hosts {parallel_hosts}: {peak[0]} generations at once"
+                # The report reads the same either way: host a's runs, then host b's, each with its own counters.
+                assert [r.host for r in report.runs] == ["a"] * 8 + ["b"] * 8
+                assert all(r.accept_length == {"baseline": 2.0, "tree": 4.0}[r.arm] for r in report.runs)
+                assert [s.host for s in report.summaries] == ["a", "a", "b", "b"]

@@ -17,6 +17,7 @@ from ddtree_ops.exceptions import HostError
 from ddtree_ops.health import doctor
 from ddtree_ops.health.check import run_healthcheck
 from ddtree_ops.hosts.layout import STATE_PATH, stored_manifest_path
+from ddtree_ops.hosts.query import FOLLOW_UP_MARK
 from ddtree_ops.hosts.ssh import Transport
 
 PACKAGE = Path(__file__).resolve().parents[3] / "ddtree_ops"
@@ -79,7 +80,8 @@ def test_healthcheck_reads_units_state_and_manifest_only_through_the_transport()
                 f"### state.json\n{state}\n",
                 "",
             ),
-            stored_manifest_path(ENV): (0, MANIFEST.read_text(), ""),
+            # The second round trip echoes a mark, then prints the stored manifest (query_host_with).
+            stored_manifest_path(ENV): (0, f"{FOLLOW_UP_MARK}\n{MANIFEST.read_text()}", ""),
         }
     )
     report = run_healthcheck(PROJECT, timeout_s=1, transport=transport)

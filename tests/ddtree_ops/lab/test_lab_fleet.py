@@ -73,3 +73,15 @@ def test_systemd_is_pid_1_and_sshd_runs_under_it(lab_fleet):
             capture_output=True, text=True, check=True,
         ).stdout.split()  # fmt: skip
         assert out == ["systemd", "active"]
+
+
+def test_lab_engines_get_one_torch_thread_each(lab_fleet):
+    # Every lab host shares this machine's cores (fleet.LAB_THREADS_ENV): set for every unit systemd starts,
+    # now (manager environment) and after a reboot of the container (the drop-in), not in deploy's units.
+    for host in lab_fleet.hosts:
+        out = subprocess.run(
+            ["docker", "exec", host.container, "sh", "-c",
+             "systemctl show-environment; cat /etc/systemd/system.conf.d/ddtree-lab-threads.conf"],
+            capture_output=True, text=True, check=True,
+        ).stdout.split()  # fmt: skip
+        assert "OMP_NUM_THREADS=1" in out and "DefaultEnvironment=OMP_NUM_THREADS=1" in out, out

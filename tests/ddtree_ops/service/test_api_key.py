@@ -105,8 +105,12 @@ def _no_playbook(*args, **kwargs):
     raise AssertionError("a playbook ran")
 
 
-@pytest.mark.parametrize("command", [["deploy"], ["healthcheck"], ["compare"], ["rollback"], ["provision"]])
-def test_every_command_refuses_a_key_file_open_to_others_before_touching_a_host(tmp_path, command):
+# The commands that use the key: deploy writes it into the hosts' env files; the others send it.
+KEY_COMMANDS = [["deploy"], ["healthcheck"], ["compare"], ["rollback"], ["sweep", "--budgets", "15"]]
+
+
+@pytest.mark.parametrize("command", KEY_COMMANDS)
+def test_every_command_that_uses_the_key_refuses_a_key_file_open_to_others_before_touching_a_host(tmp_path, command):
     key_file(tmp_path / "api.key", mode=0o644)
     config = tmp_path / "ddtree.yaml"
     config.write_text(yaml.safe_dump({**DOC, "api_key_file": "api.key"}))
@@ -114,3 +118,27 @@ def test_every_command_refuses_a_key_file_open_to_others_before_touching_a_host(
     result = CliRunner().invoke(cli, ["-c", str(config), *command, "--json"], obj={"seams": seams})
     assert result.exit_code == 2, result.output
     assert "is open to other users (mode 0644)" in result.stderr and KEY not in result.output
+
+
+@pytest.mark.parametrize("command", KEY_COMMANDS)
+def test_a_command_that_uses_the_key_refuses_an_unset_api_key_env(tmp_path, command):
+    config = tmp_path / "ddtree.yaml"
+    config.write_text(yaml.safe_dump({**DOC, "api_key_env": "PROD_KEY"}))
+    seams = Seams(run_playbook=_no_playbook, transport=Untouchable())
+    result = CliRunner().invoke(cli, ["-c", str(config), *command, "--json"], obj={"seams": seams})
+    assert result.exit_code == 2, result.output
+    assert "api_key_env: $PROD_KEY is not set" in result.stderr
+
+
+@pytest.mark.parametrize("command", [["provision"], ["doctor"], ["undeploy", "--all", "--yes"]])
+def test_commands_that_never_use_the_key_run_without_it(tmp_path, command):
+    """provision, doctor and undeploy send no request to a service and write no key: an operator
+    who has not exported the key yet can still build envs, check hosts and remove services."""
+    config = tmp_path / "ddtree.yaml"
+    config.write_text(yaml.safe_dump({**DOC, "api_key_env": "PROD_KEY"}))
+    seams = Seams(run_playbook=_no_playbook, transport=Untouchable())
+    result = CliRunner().invoke(cli, ["-c", str(config), *command], obj={"seams": seams})
+    assert "PROD_KEY" not in result.output
+    # Past the project file, the command went for the host (the test's transport and playbook runner refuse it).
+    assert isinstance(result.exception, AssertionError), result.output
+    assert str(result.exception) in ("a host was contacted", "a playbook ran")

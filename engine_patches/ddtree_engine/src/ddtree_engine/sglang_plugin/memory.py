@@ -96,3 +96,30 @@ def describe(shape: GdnShape, width: int, block: int, topk: int, slots: int) -> 
         f"{per['ddtree'] * slots / GIB:.2f} GiB ({per['ddtree'] / MIB:.1f} MiB per request); DFLASH at block {block} "
         f"would hold {per['dflash'] * slots / GIB:.2f} GiB: +{per['extra'] * slots / GIB:.2f} GiB for DDTREE"
     )
+
+
+def shortfall_message(shape: GdnShape, *, budget: int, topk: int, width: int, block: int, slots: int, sglang_message: str) -> str:
+    """What a DDTREE server says when its hybrid verify states do not fit (startup, before serving).
+
+    SGLang's own message advises reducing --speculative-num-draft-tokens, which DDTREE sets itself
+    from the budget; this one gives DDTREE's numbers and the flags that change them.
+
+    Args:
+        shape: the target's GDN dimensions; budget, topk: the DDTREE settings; width: the verify
+            rows per request (budget + 1, at least the block); block: the drafter's block;
+        slots: request slots SGLang sizes the pool for (--max-running-requests + 1 padding slot);
+        sglang_message: SGLang's error, appended for its own figures.
+    """
+    per = extra_over_dflash(shape, width, block, topk)
+    smaller = 15 if budget > 15 else None
+    hint = ""
+    if smaller is not None:
+        at15 = extra_over_dflash(shape, max(smaller + 1, block), block, topk)
+        hint = f" (budget {smaller}: {at15['ddtree'] / MIB:.1f} MiB per request)"
+    return (
+        f"DDTREE budget {budget}, topk {topk} verifies {max(width, block)} rows per request: its hybrid verify states need "
+        f"{per['ddtree'] / MIB:.1f} MiB per request slot ({shape.layers} GDN layers; DFLASH at block {block} needs "
+        f"{per['dflash'] / MIB:.1f}), {per['ddtree'] * slots / GIB:.2f} GiB for {slots} slots, and they do not fit. "
+        f"Lower --speculative-ddtree-budget{hint}, lower --max-running-requests, or raise --mem-fraction-static. "
+        f"SGLang said: {sglang_message}"
+    )

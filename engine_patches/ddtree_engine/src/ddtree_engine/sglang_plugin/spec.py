@@ -206,6 +206,11 @@ class DDTreeSpecAlgo(CustomSpecAlgo):
         """The worker class, after the one check SGLang would otherwise word less helpfully."""
         if not resolving_view(_record_behind(server_args)).disable_overlap_schedule:
             raise ValueError(f"{ALGORITHM} does not support overlap scheduling: add --disable-overlap-schedule.")
+        # The scheduler asks for the worker before it sizes the memory pools: from here on, a budget
+        # whose hybrid verify states do not fit fails with DDTREE's number (fit.py).
+        from .fit import install
+
+        install()
         return super().create_worker(server_args)
 
 

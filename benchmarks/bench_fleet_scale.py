@@ -1,0 +1,133 @@
+"""Wall time of provision (idle re-run), deploy, healthcheck and compare over 2 and over 8 lab hosts, in one run.
+
+One lab of 8 hosts (`lab up --hosts 8`, reused when it already runs in --lab-dir), provisioned once
+(that first provision is timed too, but is not a row). Then, for the first 2 hosts and for all 8,
+the commands a user runs, each timed as a user sees it (the `ddtree-ops` process, start to exit):
+
+  provision     the idle re-run: every env is already built (changed=0 expected)
+  deploy        a real rollout: `--budget` differs from what runs, so each host's tree service is
+                restarted and passes the health gate; hosts one at a time, by design
+  healthcheck   every service on the hosts, all hosts at once
+  compare       --runs 1 --max-tokens 16 on two prompts; hosts one after another (the default: the
+                lab's hosts share this machine's CPU)
+
+Prints a table with the ratio 8/2 per command and writes JSON to benchmarks/results/. Every lab host
+is a container on this machine: work that runs on a host (a venv check, the engine's generation on the
+CPU) is paid once per host on the same cores, which real hosts do not share; and each host's env
+takes ~1.1 GB of this machine's disk (the script refuses to start without DISK_PER_HOST_GB per host
+free). Say how loaded the machine was next to the figures (the JSON records the load average before
+and after).
+
+    python benchmarks/bench_fleet_scale.py [--lab-dir DIR] [--keep] [--small 2] [--large 8] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OPS = str(Path(sys.executable).with_name("ddtree-ops"))
+# Every lab host builds its own engine env (torch included) in its container's layer on this disk.
+DISK_PER_HOST_GB = 1.2
+PROMPTS = "- name: add\n  prompt: Write a Python function that adds two numbers.\n- What is 2+2?\n"
+
+
+def ops(*args: str, config: Path, env: dict[str, str]) -> float:
+    """Run `ddtree-ops -c CONFIG ARGS…`; return its wall time in seconds. Exits 1 with its output when it fails."""
+    started = time.monotonic()
+    proc = subprocess.run([OPS, "-c", str(config), *args], capture_output=True, text=True, env=env)
+    wall = time.monotonic() - started
+    if proc.returncode != 0:
+        sys.exit(f"`ddtree-ops {' '.join(args)}` exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return wall
+
+
+def git_revision() -> str:
+    proc = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return proc.stdout.strip() or "unknown"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lab-dir", type=Path, default=None, help="lab directory (default: a new temporary one)")
+    parser.add_argument("--keep", action="store_true", help="leave the lab up afterwards (default: lab down)")
+    parser.add_argument("--small", type=int, default=2)
+    parser.add_argument("--large", type=int, default=8)
+    parser.add_argument("--json", type=Path, default=None, help="default: benchmarks/results/fleet_scale_<stamp>.json")
+    args = parser.parse_args()
+
+    free_gb = shutil.disk_usage("/var/lib/docker" if Path("/var/lib/docker").exists() else "/").free / 1e9
+    if free_gb < DISK_PER_HOST_GB * args.large:
+        sys.exit(
+            f"{args.large} lab hosts need about {DISK_PER_HOST_GB * args.large:.0f} GB of disk for their envs, "
+            f"{free_gb:.1f} GB is free: free some, or pass --large with fewer hosts"
+        )
+    lab_dir = args.lab_dir or Path(tempfile.mkdtemp(prefix="ddtree-scale-")) / "lab"
+    work = Path(tempfile.mkdtemp(prefix="ddtree-scale-work-"))
+    env = {**os.environ, "DDTREE_STATE_DIR": str(work / "state")}
+    prompts = work / "prompts.yaml"
+    prompts.write_text(PROMPTS)
+    load_before = os.getloadavg()
+    figures: dict[str, dict[str, float]] = {}
+    setup: dict[str, float] = {}
+    try:
+        started = time.monotonic()
+        subprocess.run([OPS, "lab", "up", "--hosts", str(args.large), "--dir", str(lab_dir)], check=True, capture_output=True, env=env)
+        setup["lab_up"] = time.monotonic() - started
+        config = lab_dir / "ddtree.yaml"
+        setup["provision_first"] = ops("provision", config=config, env=env)
+        setup["deploy_first"] = ops("deploy", config=config, env=env)
+        for n, budget in ((args.small, "14"), (args.large, "13")):
+            hosts = ",".join(f"lab-{i}" for i in range(1, n + 1))
+            row = figures.setdefault(str(n), {})
+            row["provision"] = ops("provision", "--hosts", hosts, config=config, env=env)
+            row["deploy"] = ops("deploy", "--hosts", hosts, "--budget", budget, config=config, env=env)
+            row["healthcheck"] = ops("healthcheck", "--hosts", hosts, config=config, env=env)
+            row["compare"] = ops(
+                "compare", "--hosts", hosts, "--runs", "1", "--max-tokens", "16", "--prompts", str(prompts),
+                "--out", str(work / f"compare-{n}"), config=config, env=env,
+            )  # fmt: skip
+            print(f"{n} hosts: " + ", ".join(f"{k} {v:.1f}s" for k, v in row.items()), file=sys.stderr, flush=True)
+    finally:
+        if not args.keep:
+            subprocess.run([OPS, "lab", "down", "--dir", str(lab_dir)], capture_output=True, env=env)
+            if args.lab_dir is None:
+                shutil.rmtree(lab_dir.parent, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)  # Ansible logs, compare reports: the figures are in the JSON
+
+    small, large = figures[str(args.small)], figures[str(args.large)]
+    ratios = {k: large[k] / small[k] for k in small}
+    print(f"{'command':<12} {args.small:>3} hosts {args.large:>3} hosts  ratio {args.large}/{args.small}")
+    for k in small:
+        print(f"{k:<12} {small[k]:>8.1f}s {large[k]:>8.1f}s  {ratios[k]:>6.2f}x")
+    print("setup: " + ", ".join(f"{k} {v:.1f}s" for k, v in setup.items()))
+    stamp = _dt.datetime.now(_dt.timezone.utc)
+    doc = {
+        "date": stamp.isoformat(timespec="seconds"),
+        "git_revision": git_revision(),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_before": load_before, "load_after": os.getloadavg()},
+        "hosts": [args.small, args.large],
+        "wall_s": {n: {k: round(v, 2) for k, v in row.items()} for n, row in figures.items()},
+        f"ratio_{args.large}_over_{args.small}": {k: round(v, 2) for k, v in ratios.items()},
+        "setup_s": {k: round(v, 1) for k, v in setup.items()},
+        "notes": "lab hosts are containers sharing this machine's CPU; deploy restarts each host's tree service "
+        "(--budget changed); compare measures hosts one after another (--runs 1, --max-tokens 16, 2 prompts)",
+    }
+    out = args.json or ROOT / "benchmarks" / "results" / f"fleet_scale_{stamp:%Y%m%d_%H%M%S}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""A DDTREE budget whose hybrid verify states do not fit fails at startup with DDTREE's number.
+
+SGLang 0.5.23 sizes its mamba pool in `KVCacheConfigurator._handle_max_mamba_cache` and raises
+"Not enough GPU memory for hybrid (mamba/linear-attention) state cache" when no request slot fits,
+advising to reduce --speculative-num-draft-tokens (which DDTREE derives from its budget). `install()`
+wraps that method in the scheduler process, from `DDTreeSpecAlgo.create_worker`, which SGLang calls
+before it allocates the pools (`Scheduler.init_model_worker`: draft worker, then memory pools). The
+module is not hooked at plugin load: importing it there would pull SGLang's model stack into every
+process. For DDTREE the wrapper re-raises with the per-request figure of `memory.shortfall_message`
+and the flags that change it; every other error passes through untouched.
+"""
+
+from __future__ import annotations
+
+SHORTFALL = "Not enough GPU memory for hybrid"
+TARGET = ("sglang.srt.mem_cache.kv_cache_configurator", "KVCacheConfigurator", "_handle_max_mamba_cache")
+
+
+def install() -> bool:
+    """Wrap the pool sizing method once per process; True when this call wrapped it."""
+    import functools
+    import importlib
+
+    module_name, class_name, method = TARGET
+    cls = getattr(importlib.import_module(module_name), class_name)
+    original = getattr(cls, method)
+    if getattr(original, "_ddtree_wrapped", False):
+        return False
+
+    @functools.wraps(original)
+    def wrapped(configurator, *args, **kwargs):
+        return explain_mamba_shortfall(original, configurator, *args, **kwargs)
+
+    wrapped._ddtree_wrapped = True
+    setattr(cls, method, wrapped)
+    return True
+
+
+def explain_mamba_shortfall(original, configurator, *args, message_for=None, **kwargs):
+    """Call SGLang's pool sizing; turn its hybrid-state shortfall into DDTREE's message (module doc).
+
+    Args:
+        original: `KVCacheConfigurator._handle_max_mamba_cache`; configurator: its instance.
+        message_for: (configurator, sglang_message) -> message or None; `ddtree_message` by default.
+    """
+    try:
+        return original(configurator, *args, **kwargs)
+    except RuntimeError as exc:
+        if SHORTFALL not in str(exc):
+            raise
+        message = (message_for or ddtree_message)(configurator, str(exc))
+        if message is None:
+            raise
+        raise RuntimeError(message) from exc
+
+
+def drafter_block(draft_path) -> int:
+    """The drafter's block size from its config.json (16, SGLang's DFLASH default, when unreadable)."""
+    import json
+    from pathlib import Path
+
+    try:
+        config = json.loads((Path(draft_path) / "config.json").read_text())
+    except (TypeError, OSError, ValueError):
+        return 16
+    block = config.get("block_size") or (config.get("dflash_config") or {}).get("block_size")
+    return int(block) if block else 16
+
+
+def ddtree_message(configurator, sglang_message: str) -> str | None:
+    """DDTREE's shortfall message for this server, or None when it is not a DDTREE hybrid server."""
+    from sglang.srt.runtime_context import get_schedule, get_spec
+
+    from .memory import GdnShape, shortfall_message
+    from .spec import ALGORITHM
+
+    spec = get_spec()
+    if str(getattr(spec, "speculative_algorithm", "") or "").upper() != ALGORITHM:
+        return None
+    shape = GdnShape.from_hf_config(configurator.model_config.hf_text_config.to_dict())
+    if shape is None:
+        return None
+    budget, topk = int(spec.speculative_ddtree_budget), int(spec.speculative_ddtree_topk)
+    width = int(spec.speculative_num_draft_tokens)  # max(block, budget + 1), as spec.py declares
+    block = drafter_block(getattr(spec, "speculative_draft_model_path", None))
+    slots = max(1, int(get_schedule().max_running_requests or 1)) + 1
+    return shortfall_message(shape, budget=budget, topk=topk, width=width, block=block, slots=slots,
+                             sglang_message=sglang_message)
