@@ -426,11 +426,11 @@ class DDTreeWorker(DFlashWorkerV2):
             commit_lens=commit_lens,
         )
         logits_output.hidden_states = None
-        line = self._metrics.add(bs, commit_lens)
+        line = self._metrics.add(bs, commit_lens, graph=bool(target_out.can_run_cuda_graph))
         if line is not None:
             logger.info("%s", line)
         if self._trace_path:
-            self._trace(prefix_lens, draft_logits, tokens, parents, choice, path, commit_lens)
+            self._trace(prefix_lens, draft_logits, tokens, parents, choice, path, commit_lens, target_out.can_run_cuda_graph)
 
         next_draft_input = self._make_next_draft_input_decode(bonus_tokens=bonus, new_seq_lens=new_seq_lens)
         return GenerationBatchResult(
@@ -468,7 +468,7 @@ class DDTreeWorker(DFlashWorkerV2):
             req_pool_indices=batch.req_pool_indices[: commit_lens.shape[0]],
         )
 
-    def _trace(self, prefix_lens, draft_logits, tokens, parents, choice, path, commit_lens) -> None:
+    def _trace(self, prefix_lens, draft_logits, tokens, parents, choice, path, commit_lens, graph) -> None:
         """Append this step, one JSON line per request, to DDTREE_TRACE's file."""
         with open(self._trace_path, "a") as out:
             for i in range(len(commit_lens)):
@@ -481,5 +481,6 @@ class DDTreeWorker(DFlashWorkerV2):
                     "choice": choice[i].tolist(),
                     "path": path[i, :n].tolist(),
                     "commit_len": n,
+                    "graph": bool(graph),
                 }
                 out.write(json.dumps(record) + "\n")
