@@ -1,9 +1,13 @@
-"""The H200 runs this folder's scripts take, as JSON (printed): `python plans.py grid` or `python plans.py cost`.
+"""The H200 runs this folder's scripts take, as JSON (printed): `python plans.py grid|cost|graph|cost-graph`.
 
 grid (lossless.py): the lab pair and the tiny Qwen3 pair (its prompts picked for wide margins), bf16:
   AR, DFLASH, DDTREE at budgets {1, 8, 15, 32} x topk {1, 4, 8}; traces on the trees wider than the block
   (16/8, 20/8, 32/4, 32/8) and on 15/8 beside them; `unsafe` against `safe` on the lab pair at 15/8.
 cost (step_cost.py): issue 12's arms on the 4B- and 1B-class dummy-weight hybrids and on the lab pair.
+graph (lossless.py): CUDA graphs on (not yet run on a GPU): the lab pair's AR (graphs off: the reference), DFLASH
+  and DDTREE with graphs, at a tree narrower than the block (8/4: 9 rows padded to 16), as wide (15/8: 16), and
+  wider (32/8: 33 rows, the drafter eager), and 15/8 again with graphs off beside them.
+cost-graph (step_cost.py): DDTREE with CUDA graphs (ddtree-graph-B-K) beside DFLASH with graphs and DDTREE eager.
 rerun RESULTS_JSON: the grid's configurations that did not finish there, with each pair's AR again.
 """
 import json
@@ -44,6 +48,22 @@ def cost():
     ]
 
 
+def graph():
+    graphs_on = {"extra": {"disable_cuda_graph": False}}
+    plan = [{"label": "lab ar", "pair": "lab"}, {"label": "lab dflash graph", "pair": "lab", "algo": "DFLASH", **graphs_on}]
+    plan += [ddtree(f"lab ddtree {b}/{k} graph", "lab", b, k, trace=True, **graphs_on) for b, k in ((8, 4), (15, 8), (32, 8))]
+    plan += [ddtree("lab ddtree 1/1 graph", "lab", 1, 1, **graphs_on), ddtree("lab ddtree 15/8", "lab", 15, 8, trace=True)]
+    return plan
+
+
+def cost_graph():
+    arms = ["dflash", "ddtree-15-8", "ddtree-graph-15-8", "ddtree-graph-8-4", "ddtree-graph-31-8"]
+    return [
+        {"model": "q35-4b", "dummy": True, "arms": arms, "profile": ["ddtree-graph-15-8"]},
+        {"model": "lab", "prompts": "lab", "arms": arms},
+    ]
+
+
 def rerun(results_json):
     """The grid's configurations that did not finish in RESULTS_JSON, plus each pair's AR (the reference)."""
     done = {r["label"] for r in json.load(open(results_json)) if r.get("rc") == 0 and "res" in r}
@@ -51,5 +71,5 @@ def rerun(results_json):
 
 
 if __name__ == "__main__":
-    plans = {"grid": grid, "cost": cost, "rerun": rerun}
+    plans = {"grid": grid, "cost": cost, "graph": graph, "cost-graph": cost_graph, "rerun": rerun}
     print(json.dumps(plans[sys.argv[1]](*sys.argv[2:])))

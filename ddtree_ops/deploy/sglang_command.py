@@ -127,8 +127,9 @@ def sglang_args(service: Service, engine: Engine, *, host: str) -> list[str]:
         ]  # fmt: skip
         if engine.hybrid_mode == "unsafe" and engine.allow_hybrid_unsafe:
             args.append("--speculative-ddtree-allow-hybrid-unsafe")
-        # The plugin refuses CUDA graphs (SGLang 0.5.23 replays its verify graphs with a causal mask);
-        # the dflash and ar arms keep theirs, so a comparison measures what each would serve with.
+        # DDTREE stays eager until the plugin's CUDA-graph verify (implemented, CPU-checked) has run
+        # lossless on the H200; the dflash and ar arms keep theirs, so a comparison measures what
+        # each would serve with.
         args.append("--disable-cuda-graph")
     args += COMMON_FLAGS
     if engine.dtype in SGLANG_DTYPES:

@@ -89,12 +89,6 @@ REFUSALS = {
         "which triton supports and flashinfer does not (its custom-mask verify is not validated with DDTREE); "
         "set --decode-attention-backend triton",
     ),
-    "cuda graphs": (
-        [],
-        "CUDA graphs are on: SGLang 0.5.23 captures its verify graphs with a causal mask and without the tree "
-        "links a hybrid model's GDN layers read, so a replayed DDTREE verify would check the wrong tree; "
-        "add --disable-cuda-graph",
-    ),
     "page size 16": (
         ["--page-size", "16"],
         "--page-size is 16: the tree's KV slots are kept or dropped one token at a time; set --page-size 1",
@@ -106,8 +100,6 @@ REFUSALS = {
 def test_sglang_resolution_refuses_each_bad_setting_saying_what_to_change(resolve_step, case):
     extra, fragment = REFUSALS[case]
     argv = BASE + GOOD + extra
-    if case == "cuda graphs":
-        argv = [a for a in argv if a != "--disable-cuda-graph"]
     with pytest.raises(ValueError) as refused:
         resolve_step(argv)
     message = str(refused.value)
@@ -117,12 +109,12 @@ def test_sglang_resolution_refuses_each_bad_setting_saying_what_to_change(resolv
 
 
 def test_overlap_schedule_and_an_unset_backend_are_refused_together(resolve_step):
-    # Without GOOD: SGLang's overlap schedule and CUDA graphs are on by default, and this step sees no backend.
+    # Without GOOD: SGLang's overlap schedule is on by default, and this step sees no backend.
     with pytest.raises(ValueError) as refused:
         resolve_step(BASE)
     message = str(refused.value)
-    assert message.count("\n- ") == 3
-    assert "CUDA graphs are on" in message and message.endswith("add --disable-cuda-graph")
+    assert message.count("\n- ") == 2
+    assert "CUDA graph" not in message
     assert "the overlap schedule is on: the DDTREE worker runs synchronously; add --disable-overlap-schedule" in message
     assert "the attention backend is unset" in message and "set --attention-backend triton" in message
 
@@ -132,6 +124,9 @@ def test_good_settings_pass_into_dflash_resolution(resolve_step):
     with pytest.raises(ValueError, match=r"^DDTREE runs SGLang's DFLASH drafter and cannot start: DFLASH speculative "
                                          r"decoding requires setting --speculative-draft-model-path"):
         resolve_step(BASE + GOOD)
+    # CUDA graphs on (SGLang's default) pass DDTREE's checks too: the worker captures the tree mask.
+    with pytest.raises(ValueError, match="requires setting --speculative-draft-model-path"):
+        resolve_step(BASE + [a for a in GOOD if a != "--disable-cuda-graph"])
     # The allow flag lets unsafe through the same way.
     with pytest.raises(ValueError, match="requires setting --speculative-draft-model-path"):
         resolve_step(BASE + GOOD + ["--speculative-ddtree-hybrid-mode", "unsafe", "--speculative-ddtree-allow-hybrid-unsafe"])

@@ -22,6 +22,7 @@ import pytest
 import ddtree_engine.sglang_plugin as plugin_pkg
 
 WORKER = Path(plugin_pkg.__file__).with_name("worker.py")
+GRAPH_RUNNER = Path(plugin_pkg.__file__).with_name("graph_runner.py")
 SGLANG = Path(importlib.util.find_spec("sglang").submodule_search_locations[0])
 
 
@@ -52,10 +53,11 @@ def top_level_names(tree: ast.Module) -> set[str]:
 
 
 def worker_sglang_imports() -> list[tuple[str, str]]:
-    tree = ast.parse(WORKER.read_text())
+    """What worker.py and graph_runner.py (the two modules SGLang's scheduler process imports) take from sglang."""
     return [
         (node.module, alias.name)
-        for node in tree.body
+        for source in (WORKER, GRAPH_RUNNER)
+        for node in ast.parse(source.read_text()).body
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("sglang")
         for alias in node.names
     ]
@@ -150,6 +152,137 @@ def test_the_verify_state_layout_memory_py_sizes_is_sglangs():
     assert "topk" in ast.unparse(enabled)
 
 
+# -- CUDA graphs (graph_runner.py, padding.py, the worker's draft-graph choice) -----------------
+
+
+def class_methods(text: str, name: str) -> dict[str, list[str]]:
+    cls = next(n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.ClassDef) and n.name == name)
+    return {f.name: [a.arg for a in f.args.args] for f in cls.body if isinstance(f, ast.FunctionDef)}
+
+
+def function_source(text: str, name: str) -> str:
+    node = next(n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef) and n.name == name)
+    return ast.get_source_segment(text, node)
+
+
+def test_the_graph_runner_overrides_only_what_sglangs_runner_defines_and_capture_calls():
+    _, runner = module_source("sglang.srt.model_executor.runner.decode_cuda_graph_runner")
+    ours = class_methods(GRAPH_RUNNER.read_text(), "DDTreeDecodeCudaGraphRunner")
+    theirs = class_methods(runner, "DecodeCudaGraphRunner")
+    assert ours == {"get_spec_info": ["self", "num_tokens"]}
+    for method, args in ours.items():
+        assert theirs.get(method) == args, f"DecodeCudaGraphRunner.{method}{tuple(args)} is gone or changed"
+    # Capture builds its verify input there (the one call), and the DFLASH branch leaves the
+    # mask off on the backends that can verify a chain causally, Triton among them.
+    assert runner.count("self.get_spec_info(num_tokens)") == 1
+    dflash_branch = function_source(runner, "get_spec_info").split("is_dflash_family()")[1]
+    assert "if (self.model_runner.is_draft_worker or not build_custom_mask)" in " ".join(dflash_branch.split())
+    assert "self.buffers.custom_mask" in dflash_branch
+    _, utils = module_source("sglang.srt.speculative.dflash_utils")
+    skip = utils[utils.index("_DFLASH_VERIFY_SKIP_CUSTOM_MASK_BACKENDS = frozenset(") :].split(")")[0]
+    assert '"TritonAttnBackend"' in skip
+
+
+def test_the_graph_runner_puts_the_runners_mask_buffer_on_the_targets_capture_input():
+    body = " ".join(function_source(GRAPH_RUNNER.read_text(), "get_spec_info").split())
+    assert "spec_info = super().get_spec_info(num_tokens)" in body
+    assert "not self.model_runner.is_draft_worker" in body
+    assert "spec_info.custom_mask = self.buffers.custom_mask" in body
+
+
+def test_the_runner_class_override_point_is_the_one_capture_uses():
+    """graph_runner.install sets `_decode_cuda_graph_runner_cls` on the target's model runner:
+    SGLang's documented override point, the default factory capture_decode_graph builds from on
+    CUDA (no platform class), called after the speculative worker exists."""
+    _, model_runner = module_source("sglang.srt.model_executor.model_runner")
+    assert "def _decode_cuda_graph_runner_cls(self):" in model_runner
+    assert "return DecodeCudaGraphRunner" in function_source(model_runner, "_decode_cuda_graph_runner_cls")
+    _, setup = module_source("sglang.srt.model_executor.model_runner_components.cuda_graph_setup")
+    capture = " ".join(function_source(setup, "capture_decode_graph").split())
+    assert "GraphRunnerCls = current_platform.get_graph_runner_cls() if GraphRunnerCls is None:" in capture
+    assert "graph_runners = defaultdict( model_runner._decode_cuda_graph_runner_cls," in capture
+    assert "runner = GraphRunnerCls(model_runner)" in capture
+    platforms = [p for p in (SGLANG / "srt" / "platforms").rglob("*.py") if "def get_graph_runner_cls" in p.read_text()]
+    assert [p.name for p in platforms] == ["interface.py"]  # only the default: None
+    install = GRAPH_RUNNER.read_text()
+    assert "model_runner._decode_cuda_graph_runner_cls = lambda: DDTreeDecodeCudaGraphRunner" in install
+    assert "current = model_runner._decode_cuda_graph_runner_cls()" in install
+    _, scheduler = module_source("sglang.srt.managers.scheduler")
+    init = function_source(scheduler, "init_model_worker")
+    assert init.index("self.maybe_init_draft_worker()") < init.index("self.init_all_cuda_graphs()")
+    assert "graph_runner.install(self.target_worker.model_runner)" in WORKER.read_text()
+
+
+def test_triton_captures_and_replays_the_mask_only_when_the_capture_input_had_one():
+    _, triton = module_source("sglang.srt.layers.attention.triton_backend")
+    flat = " ".join(triton.split())
+    assert (
+        "custom_mask = ( self._verify_mask.buffer if self._verify_mask is not None and spec_info is not None "
+        "and spec_info.custom_mask is not None else None )"
+    ) in flat
+    replay = " ".join(function_source(triton, "_update_target_verify_buffers").split())
+    assert "custom_mask[: spec_info.custom_mask.shape[0]] = spec_info.custom_mask" in replay
+    # The layout padding.tree_custom_mask builds: [C, prefix + C] per request, C the row count.
+    assert "seq_mask_len = num_tokens_per_req * (seq_lens + num_tokens_per_req)" in replay
+    assert "num_tokens_per_req = self._target_verify_num_tokens_per_req(spec_info)" in replay
+
+
+def test_a_verify_replays_only_at_the_captured_width_and_prepare_for_verify_loads_it():
+    _, runner = module_source("sglang.srt.model_executor.runner.decode_cuda_graph_runner")
+    can_run = " ".join(function_source(runner, "can_run_graph").split())
+    assert "and spec_info.num_tokens_per_req != self.captured_req_width ): return False" in can_run
+    assert "get_spec().speculative_num_draft_tokens if speculative_num_draft_tokens is None" in " ".join(runner.split())
+    assert "self.captured_req_width = model_runner.decode_num_tokens_per_req(" in runner
+    assert "self.max_bs = max(self.capture_bs)" in runner
+    _, info = module_source("sglang.srt.speculative.dflash_info")
+    assert "if self.num_tokens_per_req == -1:\n            self.num_tokens_per_req = int(self.draft_token_num)" in info
+    prepare = " ".join(function_source(info, "prepare_for_verify").split())
+    assert "decode_cuda_graph_runner.can_run_graph( verify_forward_batch )" in prepare
+    assert "decode_cuda_graph_runner.load_batch( verify_forward_batch )" in prepare
+    _, spec_info = module_source("sglang.srt.speculative.spec_info")
+    assert "return num_draft_tokens" in function_source(spec_info, "get_num_tokens_per_req_for_target_verify")
+    # TARGET_VERIFY is a graph mode for the decode runner; the prefill (piecewise) runner refuses it.
+    _, batch_info = module_source("sglang.srt.model_executor.forward_batch_info")
+    assert "or self == ForwardMode.TARGET_VERIFY" in function_source(batch_info, "is_cuda_graph")
+    _, prefill = module_source("sglang.srt.model_executor.runner.prefill_cuda_graph_runner")
+    assert "if is_target_verify:\n            return False" in prefill
+
+
+def test_the_hybrid_backend_copies_the_links_into_its_graph_buffers_duck_typed():
+    _, hybrid = module_source("sglang.srt.layers.attention.hybrid_linear_attn_backend")
+    flat = " ".join(hybrid.split())
+    assert 'and getattr(spec_info, "retrieve_next_token", None) is not None' in flat
+    assert "self.retrieve_next_token_list[bs - 1][:bs_without_pad].copy_( spec_info.retrieve_next_token )" in flat
+    assert "(i + 1, draft_token_num), dtype=torch.int32" in flat  # int64 links cast by copy_
+    assert "draft_token_num = max_num_tokens // max_bs" in flat  # the captured width
+    # The isinstance(EagleVerifyInput) plan-stream fixup: only EAGLE's worker calls it.
+    callers = [
+        str(p.relative_to(SGLANG))
+        for p in (SGLANG / "srt" / "speculative").rglob("*.py")
+        if "update_verify_buffers_to_fill_after_draft(" in p.read_text()
+    ]
+    assert callers == ["srt/speculative/eagle_worker_common.py"]
+    # A pad row no link reaches gets the root as parent (padding.py relies on it).
+    _, conv = module_source("sglang.kernels.ops.mamba.causal_conv1d_triton")
+    assert "parent_idx_tokens = tl.zeros((NP2_SEQLEN,), dtype=tl.int32)" in conv
+
+
+def test_the_drafter_graph_choice_rides_dflash_init_cuda_graphs():
+    _, dflash = module_source("sglang.srt.speculative.dflash_worker_v2")
+    theirs = class_methods(dflash, "DFlashWorkerV2")
+    worker = WORKER.read_text()
+    ours = class_methods(worker, "DDTreeWorker")
+    for method in ("init_cuda_graphs", "_maybe_build_draft_sampler"):
+        assert theirs[method] == ours[method] == ["self"], method
+    init = " ".join(function_source(dflash, "init_cuda_graphs").split())
+    assert "self._draft_sampler = self._maybe_build_draft_sampler()" in init
+    assert "self._draft_worker.init_cuda_graphs( capture_decode_cuda_graph=capture_decode_cuda_graph )" in init
+    assert "with ( draft_pp_context(), draft_tp_context(self.draft_parallel_layout), ):" in init
+    _, tp_worker = module_source("sglang.srt.managers.tp_worker")
+    assert "def init_cuda_graphs(self, capture_decode_cuda_graph: bool = True):" in tp_worker
+    ours_init = " ".join(function_source(worker, "init_cuda_graphs").split())
+    assert "self._draft_worker.init_cuda_graphs(capture_decode_cuda_graph=False)" in ours_init
+    assert "graph_width = int(get_spec().speculative_num_draft_tokens)" in ours_init
 def test_the_pool_sizing_the_shortfall_wrapper_wraps_raises_what_it_matches():
     """fit.install wraps KVCacheConfigurator._handle_max_mamba_cache and matches SGLang's shortfall
     message; a release that renames either would leave DDTREE's message silently unused."""

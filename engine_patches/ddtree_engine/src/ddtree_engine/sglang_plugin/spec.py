@@ -70,7 +70,7 @@ def check_ddtree_settings(server_args) -> None:
 
     Raises:
         ValueError: one message listing every problem found (budget, topk, spine depth against
-            the budget, hybrid mode, attention backend, page size, overlap schedule, CUDA graphs).
+            the budget, hybrid mode, attention backend, page size, overlap schedule).
     """
     cfg = server_args if not is_record(server_args) else resolving_view(server_args)
     problems = []
@@ -127,12 +127,9 @@ def check_ddtree_settings(server_args) -> None:
             "the overlap schedule is on: the DDTREE worker runs synchronously; add "
             "--disable-overlap-schedule"
         )
-    if not cfg.disable_cuda_graph:
-        problems.append(
-            "CUDA graphs are on: SGLang 0.5.23 captures its verify graphs with a causal mask and without "
-            "the tree links a hybrid model's GDN layers read, so a replayed DDTREE verify would check the "
-            "wrong tree; add --disable-cuda-graph"
-        )
+    # CUDA graphs are allowed: the worker captures the target's verify with the tree mask
+    # (graph_runner.py), pads each tree to the captured width (padding.py), and keeps the
+    # drafter eager where SGLang would capture it at the wrong width (worker.init_cuda_graphs).
     if problems:
         raise ValueError(f"{ALGORITHM} cannot start with these settings:" + "".join(f"\n- {p}" for p in problems))
 

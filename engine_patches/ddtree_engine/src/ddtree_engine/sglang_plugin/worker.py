@@ -19,6 +19,13 @@ replaces the decode step. One step, per request:
    reservation stays exact); the drafter's context KV is written from the accepted nodes'
    target hidden states; the hybrid layers commit the last accepted node's intermediate state.
 
+CUDA graphs: SGLang captures the target's verify `speculative_num_draft_tokens` rows wide
+(max(block, budget + 1)) with the tree mask (graph_runner.py); where a graph can replay, the
+tree is padded to that width with inert rows (padding.py) and SGLang replays it (the same
+`prepare_for_verify` -> `can_run_graph` path DFLASH's verify takes); otherwise it runs eager at
+the tree's own width. The drafter replays its graphs when they were captured at its block width
+(budget + 1 <= block) and runs eager otherwise (`init_cuda_graphs`).
+
 Supported here: greedy requests, tp 1, no dp attention, page size 1, no grammar, no logprobs,
 plain DFlash drafters. `check_supported` refuses the rest at startup with what to change.
 """
@@ -50,10 +57,14 @@ from sglang.srt.speculative.dflash_worker_v2 import (
     _resolve_dflash_embedding_module,
 )
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+from sglang.srt.speculative.spec_utils import draft_pp_context, draft_tp_context
 
 from ..kernels.tree_step import TreeStep
+from . import graph_runner
 from .commit import flattened_links, last_accepted_row, window_order
 from .memory import GdnShape, describe
+from .metrics import StepMetrics
+from .padding import pad_tree, tree_custom_mask, verify_rows
 from .tree_shape import max_tree_nodes
 
 logger = logging.getLogger(__name__)
@@ -106,12 +117,16 @@ class DDTreeWorker(DFlashWorkerV2):
                 f"(block {self.block_size}, verify width {self.verify_width}) but SGLang reserves {reserve}: "
                 "set --speculative-num-draft-tokens to at least that, or leave it unset"
             )
+        self._kv_reserve = reserve
         self.speculative_num_draft_tokens = self.verify_width
         self.vocab_size = int(self.model_runner.model_config.vocab_size)
         self._tree_steps: list[TreeStep] = []
         self._trace_path = os.environ.get(TRACE_ENV) or None
-        self._stats = {"steps": 0, "nodes": 0, "accepted": 0, "commit": 0, "depth": 0, "bs": 0}
+        self._metrics = StepMetrics(self.budget, self.nodes)
         self.check_supported()
+        # The target's verify graphs, when SGLang captures them (after this constructor), carry
+        # the tree mask (graph_runner.py); the verify pads its rows to their width (padding.py).
+        graph_runner.install(self.target_worker.model_runner)
         self._log_memory()
         logger.info(
             "DDTREE worker: block %d (depths %d), budget %d -> %d tree nodes (verify width %d), topk %d, "
@@ -160,6 +175,50 @@ class DDTreeWorker(DFlashWorkerV2):
             return
         if shape is not None:
             logger.info("%s; SGLang allocated %.2f GiB of them", describe(shape, self.verify_width, self.block_size, self.topk, slots), allocated / (1 << 30))
+
+    # -- CUDA graphs ------------------------------------------------------------------------
+
+    def init_cuda_graphs(self):
+        """Capture the drafter's graphs only where SGLang captures them at the drafter's block.
+
+        SGLang sizes every verify-mode graph, the drafter's included, by the resolved
+        `speculative_num_draft_tokens`, which for DDTREE is max(block, budget + 1). When the
+        budget makes that wider than the block, the drafter's graphs would hold the wrong number of
+        rows per request (no block-wide forward could replay them, and capturing its block-sized
+        reshapes at that width is not sound), so the drafter runs eager; the target still
+        captures (its verify is that wide).
+        """
+        graph_width = int(get_spec().speculative_num_draft_tokens)
+        if graph_width == self.block_size:
+            super().init_cuda_graphs()
+            return
+        logger.info(
+            "DDTREE: the drafter runs without CUDA graphs: SGLang would capture them %d tokens per "
+            "request (budget %d + 1) and the drafter's block is %d",
+            graph_width, self.budget, self.block_size,
+        )
+        with draft_pp_context(), draft_tp_context(self.draft_parallel_layout):
+            self._draft_worker.init_cuda_graphs(capture_decode_cuda_graph=False)
+
+    def _maybe_build_draft_sampler(self):
+        """None: DDTREE reads the drafter's hidden states and projects every depth itself.
+
+        DFLASH folds a greedy head over the block into the drafter's graph; DDTREE never reads its
+        output (`_draft_logits` takes the hidden states), so it would be a wasted LM-head matmul
+        in every replay.
+        """
+        return None
+
+    def _verify_rows(self, bs: int) -> int:
+        """Rows per request for this step's verify: the target graph's width when one can replay."""
+        runner = self.target_worker.model_runner.decode_cuda_graph_runner
+        return verify_rows(
+            self.verify_width,
+            getattr(runner, "captured_req_width", None),
+            bs,
+            getattr(runner, "max_bs", None),
+            self._kv_reserve,
+        )
 
     # -- the step -------------------------------------------------------------------------
 
@@ -247,6 +306,7 @@ class DDTreeWorker(DFlashWorkerV2):
         draft_input = batch.spec_info
         bs = len(batch.seq_lens)
         device, width = self.device, self.verify_width
+        rows = self._verify_rows(bs)  # == width, or the CUDA-graph width (pad rows after the tree)
         prefix_lens = batch.seq_lens
         if batch.seq_lens_cpu is not None:
             seq_lens_cpu = batch.seq_lens_cpu.to(torch.int64)
@@ -271,47 +331,46 @@ class DDTreeWorker(DFlashWorkerV2):
             # Diagnosis only (behind --speculative-ddtree-allow-hybrid-unsafe): GDN states in flattened order.
             first_child, next_sibling = flattened_links(bs, width, device)
 
-        # 3. Verify the tree rows: positions prefix + depth, KV into the window's first W slots.
-        positions = (prefix_lens.to(torch.int64).unsqueeze(1) + depths).reshape(-1)
+        # 3. Verify the tree rows (then any pad rows): positions prefix + depth, KV into the
+        # window's first `rows` slots (SGLang reserved max(block, budget + 1) >= rows).
+        v_tokens, v_depths, v_first_child, v_next_sibling = pad_tree(tokens, depths, first_child, next_sibling, rows)
+        positions = (prefix_lens.to(torch.int64).unsqueeze(1) + v_depths).reshape(-1)
         req_to_token = self.model_runner.req_to_token_pool.req_to_token
         verify_locs = assign_extend_cache_locs_func(
             req_pool_indices=batch.req_pool_indices,
             req_to_token=req_to_token,
             start_offset=prefix_lens,
-            end_offset=prefix_lens + width,
+            end_offset=prefix_lens + rows,
             batch_size=bs,
-            draft_token_num=width,
+            draft_token_num=rows,
             device=device,
         )
-        # SGLang's custom mask: per request [W, prefix + W] row-major, True = may attend.
-        custom_mask = torch.cat(
-            [
-                torch.cat([torch.ones(width, int(seq_lens_cpu[i]), dtype=torch.bool, device=device), masks[i]], dim=1).reshape(-1)
-                for i in range(bs)
-            ]
-        )
+        # SGLang's custom mask: per request [rows, prefix + rows] row-major, True = may attend.
+        custom_mask = tree_custom_mask(masks, [int(n) for n in seq_lens_cpu], rows)
         plan = self.target_worker.model_runner.kv_index_translator.plan(
             req_pool_indices=batch.req_pool_indices,
             seq_lens=prefix_lens,
             seq_lens_cpu=seq_lens_cpu,
             write_virtual=verify_locs,
-            read_extent=width,
+            read_extent=rows,
         )
+        # draft_token_num (-> num_tokens_per_req) == the captured width is what lets SGLang's
+        # can_run_graph replay; prepare_for_verify loads the graph's buffers when it can.
         verify_input = DDTreeVerifyInput(
-            draft_token=tokens.reshape(-1),
+            draft_token=v_tokens.reshape(-1),
             positions=positions,
-            draft_token_num=width,
+            draft_token_num=rows,
             topk=max(self.topk, 1),
             custom_mask=custom_mask,
             capture_hidden_mode=CaptureHiddenMode.FULL,
             kv_loc_plan=plan,
-            retrieve_next_token=first_child,
-            retrieve_next_sibling=next_sibling,
+            retrieve_next_token=v_first_child,
+            retrieve_next_sibling=v_next_sibling,
         )
         batch.out_cache_loc = verify_locs
         seq_lens_pre_verify = batch.seq_lens.clone()
         backup_cpu, backup_sum = batch.seq_lens_cpu, batch.seq_lens_sum
-        verify_cpu = seq_lens_cpu + width
+        verify_cpu = seq_lens_cpu + rows
         batch.seq_lens_cpu, batch.seq_lens_sum = verify_cpu, int(verify_cpu.sum())
         verify_batch, _ = verify_input.prepare_for_verify(batch, self.target_worker)
         batch.seq_lens_cpu, batch.seq_lens_sum = backup_cpu, backup_sum
@@ -322,7 +381,8 @@ class DDTreeWorker(DFlashWorkerV2):
         target_lp = self._target_logits_processor
         if target_lp is not None and target_lp.is_deferred_shard(logits_output.next_token_logits):
             logits_output.next_token_logits = target_lp.finish_deferred_gather(logits_output.next_token_logits)
-        choice = torch.argmax(logits_output.next_token_logits, dim=-1).view(bs, width)
+        # The walk reads the tree's W rows only: no pad row is ever accepted.
+        choice = torch.argmax(logits_output.next_token_logits, dim=-1).view(bs, rows)[:, :width]
 
         # 4. Walk each tree with the target's choices.
         for i, step in enumerate(steps):
@@ -338,7 +398,7 @@ class DDTreeWorker(DFlashWorkerV2):
         idx = torch.arange(width, device=device)
         accepted = idx.unsqueeze(0) < commit_lens.unsqueeze(1).to(idx.dtype)
         order = window_order(path, commit_lens)
-        locs_2d = verify_locs.view(bs, width)
+        locs_2d = verify_locs.view(bs, rows)[:, :width]  # pad rows' slots stay in place, dead
         new_window = torch.gather(locs_2d, 1, order)
         cols = prefix_lens.to(torch.int64).unsqueeze(1) + idx
         req_to_token[batch.req_pool_indices.to(torch.int64).unsqueeze(1), cols] = new_window.to(req_to_token.dtype)
@@ -354,9 +414,9 @@ class DDTreeWorker(DFlashWorkerV2):
         hidden = logits_output.hidden_states
         if hidden is None:
             raise RuntimeError("DDTREE verify needs the target's hidden states, got None")
-        hidden = hidden.view(bs, width, -1)
+        hidden = hidden.view(bs, rows, -1)
         hidden = torch.gather(hidden, 1, order.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
-        write_ids = plan.write_ids(self.draft_model_runner.kv_index_translator).view(bs, width)
+        write_ids = plan.write_ids(self.draft_model_runner.kv_index_translator).view(bs, rows)
         ctx_locs = torch.gather(write_ids.to(torch.int64), 1, order)
         self._append_target_hidden_to_draft_kv_by_loc(
             target_hidden=hidden.reshape(-1, hidden.shape[-1]),
@@ -366,9 +426,11 @@ class DDTreeWorker(DFlashWorkerV2):
             commit_lens=commit_lens,
         )
         logits_output.hidden_states = None
-        self._record(bs, commit_lens, path)
+        line = self._metrics.add(bs, commit_lens, graph=bool(target_out.can_run_cuda_graph))
+        if line is not None:
+            logger.info("%s", line)
         if self._trace_path:
-            self._trace(prefix_lens, draft_logits, tokens, parents, choice, path, commit_lens)
+            self._trace(prefix_lens, draft_logits, tokens, parents, choice, path, commit_lens, target_out.can_run_cuda_graph)
 
         next_draft_input = self._make_next_draft_input_decode(bonus_tokens=bonus, new_seq_lens=new_seq_lens)
         return GenerationBatchResult(
@@ -406,7 +468,7 @@ class DDTreeWorker(DFlashWorkerV2):
             req_pool_indices=batch.req_pool_indices[: commit_lens.shape[0]],
         )
 
-    def _trace(self, prefix_lens, draft_logits, tokens, parents, choice, path, commit_lens) -> None:
+    def _trace(self, prefix_lens, draft_logits, tokens, parents, choice, path, commit_lens, graph) -> None:
         """Append this step, one JSON line per request, to DDTREE_TRACE's file."""
         with open(self._trace_path, "a") as out:
             for i in range(len(commit_lens)):
@@ -419,22 +481,6 @@ class DDTreeWorker(DFlashWorkerV2):
                     "choice": choice[i].tolist(),
                     "path": path[i, :n].tolist(),
                     "commit_len": n,
+                    "graph": bool(graph),
                 }
                 out.write(json.dumps(record) + "\n")
-
-    def _record(self, bs: int, commit_lens: torch.Tensor, path: torch.Tensor) -> None:
-        """Running means for the `DDTREE metrics:` log line (one host sync per step, on purpose rare)."""
-        st = self._stats
-        st["steps"] += 1
-        st["bs"] += bs
-        st["nodes"] += self.nodes * bs
-        st["commit"] += int(commit_lens.sum())
-        st["accepted"] += int(commit_lens.sum()) - bs
-        st["depth"] += int(commit_lens.sum()) - bs
-        if st["steps"] % 64 == 0:
-            n = max(st["bs"], 1)
-            logger.info(
-                "DDTREE metrics: bs=%.2f budget=%d avg_actual_nodes=%.2f avg_accepted_drafts=%.3f "
-                "avg_commit_len=%.3f avg_accepted_depth=%.3f",
-                st["bs"] / st["steps"], self.budget, st["nodes"] / n, st["accepted"] / n, st["commit"] / n, st["depth"] / n,
-            )
