@@ -14,10 +14,9 @@ Rows, over the same [L=15, V=151,936] bf16 draft logits:
 Budgets 15 (topk 8), 22, 64, 256 (topk 8). Ratios printed: kernel graph / argmax (target <=
 1.2), today / kernel graph (target >= 25x at b15, >= 40x at b256), and each against eager.
 
-Then the top-K pass on its own (K = 8, same logits), eager and in a CUDA graph: the split kernel
-(`topk_logprobs`, S = 16 / 32 / 64 splits per row) against the previous one-program-per-block
-kernel (`topk_logprobs_blocks`) and against the argmax, as ratios from this run. Last, the
-build kernel at budgets 64 and 256 in a CUDA graph with 1, 2, 4 and 8 warps (it takes 1 today).
+Then the top-K pass on its own (K = 8, same logits), eager and in a CUDA graph, at 2048 / 4096 /
+8192 tokens per program (4096 is the default), against the argmax, as ratios from this run. Last, the
+build kernel at budgets 64 and 256 in a CUDA graph with 1, 2, 4 and 8 warps (it takes 1), each checked against the 1-warp tree.
 
     python benchmarks/bench_tree_step.py [--out DIR]   (JSON to DIR, else $OUT, else benchmarks/results/)
 """
@@ -49,7 +48,7 @@ from ddtree_engine.kernels.tree_step import TreeStep, reference_step  # noqa: E4
 DEPTHS, VOCAB = 15, 151_936
 BUDGETS = [(15, 8), (22, 8), (64, 8), (256, 8)]
 TOPK_K = 8
-TOPK_SPLITS = [16, 32, 64]
+TOPK_BLOCKS = [2048, 4096, 8192]
 
 
 def _git_revision() -> str:
@@ -94,36 +93,28 @@ def graphed(fn):
 
 
 def topk_rows(logits: torch.Tensor, bench, argmax_us: float, argmax_graph_us: float) -> list[dict]:
-    """The top-K pass alone: split kernel (each S) and the per-block kernel, eager and graphed."""
-    want_vals, want_ids = topk_kernel.topk_logprobs_blocks(logits, TOPK_K)
+    """The top-K pass alone at 2048/4096/8192 tokens per program (4096 is what TreeStep runs), eager and graphed."""
+    want_vals, want_ids = topk_kernel.topk_logprobs(logits, TOPK_K)
     ref_vals, ref_ids = torch.topk(logits.float(), TOPK_K, dim=-1)  # no tie order: values only
-    out_blocks = (torch.empty_like(want_vals), torch.empty_like(want_ids))
-    variants = {"blocks (old)": lambda o=out_blocks: topk_kernel.topk_logprobs_blocks(logits, TOPK_K, out=o)}
-    for splits in TOPK_SPLITS:
-        out = (torch.empty_like(want_vals), torch.empty_like(want_ids))
-        variants[f"split S={splits}"] = lambda o=out, s=splits: topk_kernel.topk_logprobs(logits, TOPK_K, splits=s, out=o)
     measured = {}
-    for name, fn in variants.items():
+    for block in TOPK_BLOCKS:
+        out = (torch.empty_like(want_vals), torch.empty_like(want_ids))
+        fn = lambda o=out, b=block: topk_kernel.topk_logprobs(logits, TOPK_K, block=b, out=o)  # noqa: E731
         vals, ids = fn()
         # Same ids bit for bit; log-probs within 1e-6 (the sums are grouped differently).
         same = torch.equal(ids, want_ids) and (vals - want_vals).abs().max().item() < 1e-6
         same = same and torch.equal(logits.float().gather(1, ids), ref_vals)
-        measured[name] = {"eager_us": bench(fn), "graph_us": bench(graphed(fn).replay), "same_as_blocks": same}
-    old = measured["blocks (old)"]
+        measured[f"block {block}"] = {"eager_us": bench(fn), "graph_us": bench(graphed(fn).replay), "same": same}
     rows = []
-    print(f"top-K pass alone, [{DEPTHS}, {VOCAB}] bf16, K = {TOPK_K} (old = one program per 4096-token block)")
-    print(f"{'kernel':>14} {'eager us':>9} {'graph us':>9} {'graph/argmax':>12} {'eager/argmax':>12} {'old/new graph':>13} {'old/new eager':>13}")
+    print(f"top-K pass alone, [{DEPTHS}, {VOCAB}] bf16, K = {TOPK_K}, by tokens per program")
+    print(f"{'kernel':>14} {'eager us':>9} {'graph us':>9} {'graph/argmax':>12} {'eager/argmax':>12}")
     for name, m in measured.items():
-        row = {
-            "kernel": name, **m,
-            "graph_over_argmax_graph": m["graph_us"] / argmax_graph_us, "eager_over_argmax": m["eager_us"] / argmax_us,
-            "old_over_new_graph": old["graph_us"] / m["graph_us"], "old_over_new_eager": old["eager_us"] / m["eager_us"],
-        }
+        row = {"kernel": name, **m, "graph_over_argmax_graph": m["graph_us"] / argmax_graph_us,
+               "eager_over_argmax": m["eager_us"] / argmax_us}  # fmt: skip
         rows.append(row)
         print(
             f"{name:>14} {m['eager_us']:>9.1f} {m['graph_us']:>9.1f} {row['graph_over_argmax_graph']:>12.2f} "
-            f"{row['eager_over_argmax']:>12.2f} {row['old_over_new_graph']:>12.2f}x {row['old_over_new_eager']:>12.2f}x"
-            + ("" if m["same_as_blocks"] else "  MISMATCH vs the old kernel / torch.topk")
+            f"{row['eager_over_argmax']:>12.2f}" + ("" if m["same"] else "  MISMATCH vs block 4096 / torch.topk")
         )
     return rows
 
@@ -202,7 +193,6 @@ def main() -> None:
         k = step.k
         stages[budget] = {
             "topk_us": bench(lambda s=step, k=k: s.topk_kernel.topk_logprobs(logits, k, out=(s.vals, s.ids))),
-            "topk_blocks_us": bench(lambda s=step, k=k: s.topk_kernel.topk_logprobs_blocks(logits, k, out=(s.vals, s.ids))),
             "build_us": bench(lambda s=step: s.build_kernel.build_tree_arrays(s.vals, s.ids, s.budget, root, 0, out=s.tree)),
             "compile_us": bench(
                 lambda s=step: s.mask_kernel.compile_tree_arrays(s.tree[1], s.tree[2], s.tree[5], prefix, DEPTHS, out=s.compiled)

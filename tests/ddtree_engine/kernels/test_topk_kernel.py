@@ -1,8 +1,7 @@
 """The top-K log-probability kernel (kernels/topk_logprobs/kernel.py) against its reference:
 same token ids exactly (ties to the lower id), log-probs within 1e-6 of the float64 reference,
 on named, seeded cases; in Triton's interpreter on a CPU host, natively on a GPU (`gpu` cases
-at real vocabulary sizes). Both first passes are checked: `topk_logprobs` (S splits per row,
-each looping over tiles) and `topk_logprobs_blocks` (the previous one, one program per block)."""
+at real vocabulary sizes), with the block size varied so ties and -inf straddle block borders."""
 
 from __future__ import annotations
 
@@ -58,7 +57,6 @@ CASES = {  # name: (logits, k)
     "large logits": (_logits(3, 500, 8, scale=1e4), 8),
     "k = 16, bf16": (_logits(2, 3001, 14, torch.bfloat16), 16),
 }
-IMPLS = {"split": kernel.topk_logprobs, "blocks": kernel.topk_logprobs_blocks}
 
 
 def _border_ties(vocab: int, span: int, depths: int = 2) -> torch.Tensor:
@@ -71,8 +69,8 @@ def _border_ties(vocab: int, span: int, depths: int = 2) -> torch.Tensor:
     return x
 
 
-def _compare(name: str, logits: torch.Tensor, k: int, impl: str = "split", **params) -> None:
-    vals, ids = IMPLS[impl](logits.to(DEVICE), k, **params)
+def _compare(name: str, logits: torch.Tensor, k: int, **params) -> None:
+    vals, ids = kernel.topk_logprobs(logits.to(DEVICE), k, **params)
     want_vals, want_ids = reference.sorted_topk_logprobs(logits, k)
     assert ids.cpu().tolist() == want_ids.tolist(), f"{name}: ids differ"
     got, want = vals.cpu(), want_vals
@@ -82,56 +80,48 @@ def _compare(name: str, logits: torch.Tensor, k: int, impl: str = "split", **par
     assert vals.dtype == torch.float64 and diff < TOL, f"{name}: max abs diff {diff:.3e}"
 
 
-@pytest.mark.parametrize("impl", list(IMPLS))
 @pytest.mark.parametrize("name", list(CASES))
-def test_kernel_matches_the_reference(name, impl):
+def test_kernel_matches_the_reference(name):
     logits, k = CASES[name]
-    _compare(name, logits, k, impl)
+    _compare(name, logits, k)
 
 
-@pytest.mark.parametrize("block", [16, 64])
-def test_chunk_boundaries_do_not_change_the_result(block):
-    # Small blocks: many chunks per row, ties across chunk borders.
-    _compare(f"block {block}", _tied(3, 301, 9), 8, "blocks", block=block)
-
-
-SPLIT_CASES = {  # name: (logits, k, splits, block): V/S tokens per split, in tiles of `block`
-    "ties, V not a multiple of S": (_tied(3, 301, 9), 8, 7, 64),
-    "ties, several tiles per split": (_tied(3, 301, 9), 8, 4, 16),
-    "ties, one token per tile": (_tied(2, 50, 16), 8, 2, 1),
-    "ties at split borders": (_border_ties(300, 25), 8, 12, 32),
-    "ties at split and tile borders": (_border_ties(300, 25), 16, 12, 8),
-    "ascending: every tile raises the max": (torch.arange(2000.0).repeat(2, 1) / 100, 8, 3, 64),
-    "descending: no later tile enters": (torch.arange(2000.0, 0, -1).repeat(2, 1) / 100, 8, 3, 64),
-    "whole splits and tiles at -inf": (_masked(3, 400, 17).roll(200, dims=1), 8, 8, 16),
-    "fewer tokens in the last split than K": (_logits(2, 103, 18), 8, 20, 4),
-    "more splits than tokens": (_logits(3, 20, 19), 4, 64, 8192),
-    "random fp32, k = 16": (_logits(2, 3000, 20), 16, 32, 32),
-    "random bf16, k = 8": (_logits(2, 3000, 21, torch.bfloat16), 8, 16, 64),
+BLOCK_CASES = {  # name: (logits, k, block): ceil(V / block) programs per row, then one merge
+    "ties, V not a multiple of the block": (_tied(3, 301, 9), 8, 64),
+    "ties, many blocks": (_tied(3, 301, 9), 8, 16),
+    "ties, one token per block": (_tied(2, 50, 16), 8, 1),
+    "ties at block borders": (_border_ties(300, 32), 8, 32),
+    "ties at block borders, k = 16": (_border_ties(300, 8), 16, 8),
+    "ascending: the last block holds the best": (torch.arange(2000.0).repeat(2, 1) / 100, 8, 64),
+    "descending: the first block holds the best": (torch.arange(2000.0, 0, -1).repeat(2, 1) / 100, 8, 64),
+    "whole blocks at -inf": (_masked(3, 400, 17).roll(200, dims=1), 8, 16),
+    "fewer tokens in a block than K": (_logits(2, 103, 18), 8, 4),
+    "block larger than V": (_logits(3, 20, 19), 4, 8192),
+    "random fp32, k = 16": (_logits(2, 3000, 20), 16, 32),
+    "random bf16, k = 8": (_logits(2, 3000, 21, torch.bfloat16), 8, 64),
 }
 
 
-@pytest.mark.parametrize("name", list(SPLIT_CASES))
-def test_splits_and_tiles_do_not_change_the_result(name):
-    logits, k, splits, block = SPLIT_CASES[name]
-    _compare(name, logits, k, splits=splits, block=block)
+@pytest.mark.parametrize("name", list(BLOCK_CASES))
+def test_block_borders_do_not_change_the_result(name):
+    logits, k, block = BLOCK_CASES[name]
+    _compare(name, logits, k, block=block)
 
 
 def test_real_vocabulary_in_one_pass():
     # Qwen3's V = 151,936 (two depths: the interpreter runs every program in Python).
     _compare("V=151936 bf16", _logits(2, 151_936, 10, torch.bfloat16), 8)
-    _compare("V=151936 bf16, blocks", _logits(2, 151_936, 10, torch.bfloat16), 8, "blocks")
 
 
 def test_largest_vocabulary_fp32_k16():
-    # V = 262,144 = 2^18, the issue's largest: 32 splits of 8192, one tile each (one depth).
+    # V = 262,144 = 2^18, the issue's largest: 64 blocks of 4096 (one depth).
     _compare("V=262144 fp32", _logits(1, 262_144, 22), 16)
 
 
-@pytest.mark.parametrize("splits", [1, 3])
-def test_equal_logits_in_a_row_give_bit_equal_logprobs(splits):
+@pytest.mark.parametrize("block", [2, 4096])
+def test_equal_logits_in_a_row_give_bit_equal_logprobs(block):
     logits = torch.tensor([[1.0, 3.0, 3.0, 0.0, 3.0, -2.0] * 3])
-    vals, ids = kernel.topk_logprobs(logits.to(DEVICE), 4, splits=splits, block=2)
+    vals, ids = kernel.topk_logprobs(logits.to(DEVICE), 4, block=block)
     assert ids.cpu().tolist() == [[1, 2, 4, 7]]
     assert vals[0, 0].item() == vals[0, 1].item() == vals[0, 2].item() == vals[0, 3].item()
     vals, ids = kernel.topk_logprobs(logits[:, :6].to(DEVICE), 4)
@@ -146,10 +136,10 @@ def test_bad_inputs_are_refused():
         kernel.topk_logprobs(torch.zeros(2, 5, device=DEVICE), 6)
     with pytest.raises(ValueError, match="expected fp32, bf16 or fp16 logits, got torch.float64"):
         kernel.topk_logprobs(torch.zeros(2, 5, dtype=torch.float64, device=DEVICE), 2)
-    with pytest.raises(ValueError, match="expected splits >= 1 and block a power of two, got splits 0, block 64"):
-        kernel.topk_logprobs(torch.zeros(2, 5, device=DEVICE), 2, splits=0, block=64)
-    with pytest.raises(ValueError, match="got splits 4, block 48"):
-        kernel.topk_logprobs(torch.zeros(2, 5, device=DEVICE), 2, splits=4, block=48)
+    with pytest.raises(ValueError, match="expected block a power of two, got block 0"):
+        kernel.topk_logprobs(torch.zeros(2, 5, device=DEVICE), 2, block=0)
+    with pytest.raises(ValueError, match="got block 48"):
+        kernel.topk_logprobs(torch.zeros(2, 5, device=DEVICE), 2, block=48)
 
 
 def test_dispatch_takes_the_reference_on_cpu_unless_forced(monkeypatch):
@@ -185,8 +175,7 @@ def test_the_engine_does_not_import_triton_on_the_cpu_path():
     "depths,vocab,k,dtype",
     [(15, 151_936, 8, torch.bfloat16), (16, 262_144, 8, torch.float32), (15, 151_936, 1, torch.bfloat16), (7, 32_000, 16, torch.float16)],
 )
-@pytest.mark.parametrize("impl", list(IMPLS))
-def test_real_sizes_on_the_gpu(depths, vocab, k, dtype, impl):
-    _compare(f"L={depths} V={vocab} k={k} {dtype}", _logits(depths, vocab, 12, dtype), k, impl)
-    _compare(f"tied L={depths} V={vocab}", _tied(depths, vocab, 13).to(dtype), k, impl)
-    _compare(f"border ties L={depths} V={vocab}", _border_ties(vocab, 4748, depths).to(dtype), k, impl)
+def test_real_sizes_on_the_gpu(depths, vocab, k, dtype):
+    _compare(f"L={depths} V={vocab} k={k} {dtype}", _logits(depths, vocab, 12, dtype), k)
+    _compare(f"tied L={depths} V={vocab}", _tied(depths, vocab, 13).to(dtype), k)
+    _compare(f"border ties L={depths} V={vocab}", _border_ties(vocab, 4096, depths).to(dtype), k)

@@ -2,22 +2,20 @@
 
 Two launches, both over fixed shapes (`topk_logprobs`):
 
-- `_split_partials`: a grid of (L rows, S splits); each program reads its ~V/S tokens once, in
-  tiles of BLOCK (bf16, fp16 or fp32, widened to fp32), and writes the split's max, its sum of
-  exp(x - max) (fp64, kept online: rescaled when a later tile raises the max), and its K best
-  tokens as 64-bit keys. A key is the logit's bits mapped to an order-preserving integer in the
-  high half and (2^31 - 1 - token id) in the low half, so one integer max picks the largest logit
-  and, among equal logits, the lowest id: the reference's stable-sort ties. The first tile takes
-  K rounds of "max, then drop it" (the first round's key is also the tile's max logit, so no
-  separate max); a later tile is skipped unless its best key beats the K-th kept one, and then
-  only its keys that do are swapped in, one at a time, for the smallest kept key.
-- `_merge_topk`: one program per row merges the splits: logsumexp = M + log(sum_c s_c *
-  exp(m_c - M)), and the K best of the splits' keys, decoded back to (logit, id). Log-probs are
+- `_chunk_topk`: a grid of (L rows, ceil(V / BLOCK) blocks), BLOCK = 4096 tokens (38 programs per
+  row at V = 151,936); each program reads its block once (bf16, fp16 or fp32, widened to fp32)
+  and writes the block's max, its sum of exp(x - max) (fp64), and its K best tokens as 64-bit
+  keys. A key is the logit's bits mapped to an order-preserving integer in the high half and
+  (2^31 - 1 - token id) in the low half, so one integer max picks the largest logit and, among
+  equal logits, the lowest id: the reference's stable-sort ties. K rounds of "max, then drop it".
+- `_merge_topk`: one program per row merges the blocks: logsumexp = M + log(sum_c s_c *
+  exp(m_c - M)), and the K best of the blocks' keys, decoded back to (logit, id). Log-probs are
   written in fp64 as (x - M) - log(S), so equal logits in a row give bit-equal log-probs.
 
-S is a parameter (default 32: L * S = 480 programs for L = 15, 2-4 per SM of a 132-SM H200).
-`topk_logprobs_blocks` is the previous first pass (one program per 4096-token block, 38 per row
-at V = 151,936), kept for benchmarks/bench_tree_step.py's comparison; both share the merge.
+Measured on the H200 (benchmarks/bench_tree_step.py, [15, 151,936] bf16, K = 8, 2026-12-01): 24.8 us
+in a CUDA graph, 1.5x the argmax over the same logits. A split variant (S programs per row, each
+looping over tiles, keeping its K best online) took 48.8-54.6 us at S = 16/32/64 in the same run
+and was removed.
 
 Precision: the exponentials and the final log are fp32, the sums fp64, so log-probs agree with
 the float64 reference to about 1e-7; ids agree exactly (distinct fp32 logits give distinct float64
@@ -37,92 +35,6 @@ _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # ln 2 split so both halves are exact fp32 constants (Triton makes Python floats fp32).
 _LN2_HI = tl.constexpr(0.693145751953125)
 _LN2_LO = tl.constexpr(1.428606765330187e-06)
-# Above every real key: a padding slot of the kept set (slot >= K) is never its smallest.
-_PAD = tl.constexpr(9223372036854775807)
-
-
-@triton.jit
-def _keys(x, offs, valid):
-    """Order-preserving 64-bit keys of fp32 logits `x` at token ids `offs`; _SENTINEL where not valid."""
-    # -0.0 and +0.0 are the same log-prob; give them the same key bits.
-    x = tl.where(x == 0.0, 0.0, x)
-    bits = x.to(tl.int32, bitcast=True)
-    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
-    key = (ordered.to(tl.int64) << 32) | (0x7FFFFFFF - offs).to(tl.int64)
-    return tl.where(valid, key, _SENTINEL)
-
-
-@triton.jit
-def _key_logit(key):
-    """The fp32 logit a key was made from (-inf for _SENTINEL, which no token has)."""
-    hi = (key >> 32).to(tl.int32)
-    x = (hi ^ ((hi >> 31) & 0x7FFFFFFF)).to(tl.float32, bitcast=True)
-    return tl.where(key == _SENTINEL, float("-inf"), x)
-
-
-@triton.jit
-def _split_partials(
-    logits_ptr,
-    stride_row,
-    V,
-    SPAN,
-    NSPLIT,
-    keys_ptr,
-    max_ptr,
-    sum_ptr,
-    K: tl.constexpr,
-    KP: tl.constexpr,
-    BLOCK: tl.constexpr,
-    TILES: tl.constexpr,
-):
-    row = tl.program_id(0)
-    split = tl.program_id(1)
-    row_ptr = logits_ptr + row.to(tl.int64) * stride_row
-    start = split * SPAN
-    end = tl.minimum(start + SPAN, V)
-    lanes = tl.arange(0, BLOCK)
-    slots = tl.arange(0, KP)
-    # Tile 0: K rounds of "max, then drop it" into slot j; round 0's key gives the tile's max.
-    offs = start + lanes
-    valid = offs < end
-    x = tl.load(row_ptr + offs, mask=valid, other=float("-inf")).to(tl.float32)
-    key = _keys(x, offs, valid)
-    kept = tl.full([KP], _PAD, tl.int64)
-    top = tl.max(key, axis=0)
-    kept = tl.where(slots == 0, top, kept)
-    key = tl.where(key == top, _SENTINEL, key)
-    for j in tl.static_range(1, K):
-        best = tl.max(key, axis=0)
-        kept = tl.where(slots == j, best, kept)
-        key = tl.where(key == best, _SENTINEL, key)
-    # Fewer than K tokens in the split: make the leftover sentinels distinct (each slot is then
-    # replaced on its own below) and still below every real key.
-    kept = tl.where(kept == _SENTINEL, _SENTINEL + slots.to(tl.int64), kept)
-    m = _key_logit(top)
-    m_safe = tl.where(m == float("-inf"), 0.0, m)
-    s = tl.sum(tl.where(valid, tl.exp(x - m_safe), 0.0).to(tl.float64), axis=0)
-    for t in tl.static_range(1, TILES):
-        offs = start + t * BLOCK + lanes
-        valid = offs < end
-        x = tl.load(row_ptr + offs, mask=valid, other=float("-inf")).to(tl.float32)
-        key = _keys(x, offs, valid)
-        best = tl.max(key, axis=0)
-        m_new = tl.maximum(m, _key_logit(best))
-        m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        s = s * tl.exp(m - m_new_safe).to(tl.float64)
-        s += tl.sum(tl.where(valid, tl.exp(x - m_new_safe), 0.0).to(tl.float64), axis=0)
-        m = m_new
-        # Keys are distinct (ids in the low half), so `kept == low` is one slot.
-        low = tl.min(kept, axis=0)
-        while best > low:
-            kept = tl.where(kept == low, best, kept)
-            key = tl.where(key == best, _SENTINEL, key)
-            best = tl.max(key, axis=0)
-            low = tl.min(kept, axis=0)
-    base = (row * NSPLIT + split) * KP
-    tl.store(keys_ptr + base + slots, tl.where(slots < K, kept, _SENTINEL))
-    tl.store(max_ptr + row * NSPLIT + split, m)
-    tl.store(sum_ptr + row * NSPLIT + split, s)
 
 
 @triton.jit
@@ -208,54 +120,6 @@ def _merge_topk(
     tl.store(ids_ptr + row * K + slots, ids, mask=slots < K)
 
 
-def topk_logprobs(
-    draft_logits: torch.Tensor,
-    k: int,
-    splits: int = 32,
-    block: int = 8192,
-    out: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The `k` most probable tokens per row of `draft_logits`, best first (Triton).
-
-    Args:
-        draft_logits: [L, V] fp32/bf16/fp16 logits, rows contiguous, V < 2^31.
-        k: candidates per row, 1 <= k <= V.
-        splits: S, programs per row of the first pass (each reads ~V/S tokens); fewer when V/S
-            would be below 16 tokens.
-        block: most tokens per tile of a program (a power of two; a program loops over
-            ceil(V / S / block) tiles).
-        out: optional (logprobs [L, k] float64, ids [L, k] int64) to write into (CUDA graphs).
-
-    Returns:
-        (logprobs [L, k] float64, token_ids [L, k] int64): ties to the lower token id.
-    """
-    rows, vocab = _check(draft_logits, k)
-    if splits < 1 or block < 1 or block & (block - 1):
-        raise ValueError(f"expected splits >= 1 and block a power of two, got splits {splits}, block {block}")
-    if draft_logits.stride(1) != 1:
-        draft_logits = draft_logits.contiguous()
-    out = _outputs(draft_logits, k, out)
-    if rows == 0:
-        return out
-    span = max(triton.cdiv(vocab, splits), min(16, vocab))
-    nsplit = triton.cdiv(vocab, span)
-    block = min(block, triton.next_power_of_2(span))
-    tiles = triton.cdiv(span, block)
-    kp = triton.next_power_of_2(k)
-    device = draft_logits.device
-    keys = torch.empty(rows, nsplit, kp, dtype=torch.int64, device=device)
-    maxes = torch.empty(rows, nsplit, dtype=torch.float32, device=device)
-    sums = torch.empty(rows, nsplit, dtype=torch.float64, device=device)
-    _split_partials[(rows, nsplit)](
-        draft_logits, draft_logits.stride(0), vocab, span, nsplit, keys, maxes, sums,
-        K=k, KP=kp, BLOCK=block, TILES=tiles, num_warps=8 if block >= 8192 else 4,
-    )
-    _merge_topk[(rows,)](
-        keys, maxes, sums, nsplit, out[0], out[1], K=k, KP=kp, CP=triton.next_power_of_2(nsplit), num_warps=4
-    )
-    return out
-
-
 def _check(draft_logits: torch.Tensor, k: int) -> tuple[int, int]:
     if draft_logits.dim() != 2:
         raise ValueError(f"expected draft_logits [L, V], got shape {tuple(draft_logits.shape)}")
@@ -281,23 +145,23 @@ def _outputs(
     )
 
 
-def topk_logprobs_blocks(
+def topk_logprobs(
     draft_logits: torch.Tensor, k: int, block: int = 4096, out: tuple[torch.Tensor, torch.Tensor] | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`topk_logprobs` with the previous first pass: one program per block of `block` tokens.
-
-    Kept for benchmarks/bench_tree_step.py's old-vs-new comparison and its tests; same results.
+    """The `k` most probable tokens per row of `draft_logits`, best first (Triton).
 
     Args:
         draft_logits: [L, V] fp32/bf16/fp16 logits, rows contiguous, V < 2^31.
         k: candidates per row, 1 <= k <= V.
-        block: tokens per program of the first pass (a power of two; capped at V's).
+        block: tokens per program of the first pass (a power of two; capped at V's next power of two).
         out: optional (logprobs [L, k] float64, ids [L, k] int64) to write into (CUDA graphs).
 
     Returns:
         (logprobs [L, k] float64, token_ids [L, k] int64): ties to the lower token id.
     """
     rows, vocab = _check(draft_logits, k)
+    if block < 1 or block & (block - 1):
+        raise ValueError(f"expected block a power of two, got block {block}")
     if draft_logits.stride(1) != 1:
         draft_logits = draft_logits.contiguous()
     device = draft_logits.device
