@@ -127,10 +127,9 @@ def sglang_args(service: Service, engine: Engine, *, host: str) -> list[str]:
         ]  # fmt: skip
         if engine.hybrid_mode == "unsafe" and engine.allow_hybrid_unsafe:
             args.append("--speculative-ddtree-allow-hybrid-unsafe")
-        # DDTREE stays eager until the plugin's CUDA-graph verify (implemented, CPU-checked) has run
-        # lossless on the H200; the dflash and ar arms keep theirs, so a comparison measures what
-        # each would serve with.
-        args.append("--disable-cuda-graph")
+        # DDTREE keeps SGLang's CUDA graphs, as dflash and ar do: the plugin captures a tree-masked
+        # verify (lossless on the H200 with graphs at 1/1, 8/4, 15/8 and 32/8). `extra_args:
+        # [--disable-cuda-graph]` runs a service eager.
     args += COMMON_FLAGS
     if engine.dtype in SGLANG_DTYPES:
         args += ["--dtype", SGLANG_DTYPES[engine.dtype]]

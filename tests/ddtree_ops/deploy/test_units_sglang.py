@@ -62,7 +62,6 @@ def test_tree_service_argv_exactly():
         "--speculative-ddtree-topk", "8",
         "--speculative-ddtree-spine-depth", "2",
         "--speculative-ddtree-hybrid-mode", "safe",
-        "--disable-cuda-graph",
         "--disable-overlap-schedule", "--attention-backend", "triton", "--page-size", "1", "--enable-metrics",
         "--host", "0.0.0.0", "--port", "30001",
         "--served-model-name", "qwen 3.5",
@@ -276,12 +275,12 @@ def test_sglangs_own_parser_reads_the_rendered_argv():
               "disable_overlap_schedule": True, "attention_backend": "triton", "page_size": 1, "enable_metrics": True,
               "host": "0.0.0.0", "api_key": KEY}  # fmt: skip
     linear = {k: v for k, v in baseline.items() if not k.startswith("speculative_ddtree")}  # the plugin's defaults
-    # The baseline keeps SGLang's CUDA graphs; the tree service runs without (the plugin refuses them).
+    # Both keep SGLang's CUDA graphs (the plugin captures a tree-masked verify).
     assert linear == {**common, "speculative_algorithm": "DFLASH", "port": 30000, "served_model_name": None,
                       "disable_cuda_graph": False}  # fmt: skip
     assert tree == {**common, "speculative_algorithm": "DDTREE", "port": 30001, "served_model_name": "qwen 3.5",
                     "speculative_ddtree_budget": 15, "speculative_ddtree_topk": 8, "speculative_ddtree_spine_depth": 2,
-                    "speculative_ddtree_hybrid_mode": "safe", "disable_cuda_graph": True,
+                    "speculative_ddtree_hybrid_mode": "safe", "disable_cuda_graph": False,
                     "ddtree_validation": "ok"}  # fmt: skip
 
 
