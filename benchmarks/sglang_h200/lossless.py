@@ -37,7 +37,11 @@ print("RESULT " + json.dumps({"load_s": load_s, "res": res}))
 '''
 common = dict(skip_tokenizer_init=True, attention_backend="triton", sampling_backend="pytorch",
               mem_fraction_static=0.25, log_level="warning", random_seed=0, disable_radix_cache=True,
-              disable_cuda_graph=True, page_size=1, dtype="bfloat16")
+              disable_cuda_graph=True, page_size=1, dtype="bfloat16",
+              # No prefill CUDA graphs: 13-45 s of capture per engine (2026-12-01, 8 engines at once: 60-160 s per
+              # configuration) for prefills this harness runs once per prompt. A small KV pool: engines that share
+              # the GPU fit at their memory share whatever loads first.
+              cuda_graph_backend_prefill="disabled", max_total_tokens=4096)
 PAR = int(os.environ.get("PAR", "1"))  # configurations run at once (each its own engine, its share of memory)
 ATTEMPTS, STAGGER_S, MEMORY_RACE = 4, 4.0 if PAR > 1 else 0.0, "leave no GPU memory for the KV cache"
 import threading
