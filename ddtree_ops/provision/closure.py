@@ -7,8 +7,13 @@ resolver turns it into the lock's constraints file, so nothing in the env floats
 release's pins and the engine's requirements together is also the proof that the engine co-installs
 with that SGLang release (a conflict makes the freeze fail, naming both sides).
 
-The header records the command and the cut-off date, so `freeze` reproduces a committed file
-exactly; `tests/ddtree_ops/test_closure.py` does that against PyPI when it is reachable.
+The header records the command and the cut-off date. A bare re-freeze with that date is not always
+reproducible: indexes are not append-only in time (ml-dtypes 0.7.0 became visible after the 2026-11-29
+freeze with an upload time of 2026-11-16, and the resolver then takes it). So the check that a
+committed file is what `freeze` makes (`tests/ddtree_ops/provision/test_closure.py`, against PyPI when
+reachable) resolves again with the file's own pins as constraints (`freeze(..., constraints=)`): the
+same packages, versions and hashes must come back, which fails on a hand edit, on engine requirements
+changed without a re-freeze, and on a file replaced under a pinned version, but not on a new release.
 """
 
 from __future__ import annotations
@@ -131,7 +136,10 @@ def uv_path() -> str:
     return shutil.which("uv") or str(Path(sys.executable).with_name("uv"))
 
 
-def freeze_command(release: str, flavour: str, python_tag: str, machine: str, exclude_newer: str, inputs: Path, output: Path) -> list[str]:
+def freeze_command(
+    release: str, flavour: str, python_tag: str, machine: str, exclude_newer: str, inputs: Path, output: Path,
+    constraints: Path | None = None,
+) -> list[str]:
     rel = knowledge.releases()["releases"][release]
     flav = rel["flavours"][flavour]
     argv = [
@@ -145,11 +153,16 @@ def freeze_command(release: str, flavour: str, python_tag: str, machine: str, ex
         argv += ["--extra-index-url", index]
     if len({flav["torch_index"], flav["kernel_index"], PYPI}) > 1:
         argv += ["--index-strategy", "unsafe-best-match"]  # torch from its index, the rest from PyPI
+    if constraints is not None:
+        argv += ["-c", str(constraints)]
     return argv + [str(inputs), "-o", str(output)]
 
 
-def freeze(release: str, flavour: str, python_tag: str, machine: str, exclude_newer: str, out_dir: Path = CLOSURES_DIR) -> Path:
-    """Resolve and write one closure file; returns its path.
+def freeze(
+    release: str, flavour: str, python_tag: str, machine: str, exclude_newer: str, out_dir: Path = CLOSURES_DIR,
+    constraints: Path | None = None,
+) -> Path:
+    """Resolve and write one closure file; returns its path. `constraints`: a pins file the resolution must keep.
 
     Raises:
         DdtreeOpsError: uv is missing, an index is unreachable, or the pins conflict (uv's message).
@@ -161,7 +174,10 @@ def freeze(release: str, flavour: str, python_tag: str, machine: str, exclude_ne
         inputs.write_text("\n".join(compile_inputs(release, flavour)) + "\n")
         body = Path(tmp) / "closure.txt"
         # Relative paths from the temp dir: uv's "# via -r inputs.txt" notes stay the same on every run.
-        argv = freeze_command(release, flavour, python_tag, machine, exclude_newer, Path(inputs.name), Path(body.name))
+        argv = freeze_command(
+            release, flavour, python_tag, machine, exclude_newer, Path(inputs.name), Path(body.name),
+            None if constraints is None else constraints.resolve(),
+        )
         if not Path(argv[0]).exists():
             raise DdtreeOpsError("freezing a closure needs uv: pip install uv (it is in ddtree-ops' dev extra)")
         proc = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=tmp)
