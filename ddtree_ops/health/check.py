@@ -23,9 +23,9 @@ from ..progress import Progress, silent
 from ..config import Host, Project, Service
 from ..exceptions import ConfigError, HostError
 from ..hosts.layout import STATE_PATH, env_of_state, state_key, unit_name
-from ..hosts.query import HostState, UnitState, query_host_with
+from ..hosts.query import HostState, UnitState, query_host
 from ..hosts.ssh import SSH, Transport
-from ..provision.manifest import EnvVerdict, manifest_read_command, verdict_from_text
+from ..provision.manifest import EnvVerdict, verdict_from_text
 from ..service import server_info
 from ..service.client import ServiceClient, service_url
 from ..service.metrics_text import (
@@ -399,13 +399,8 @@ def run_healthcheck(
         names = [s.name for h, s in pairs if h.name == host.name]
         say(f"{host.name}: querying {', '.join(unit_name(n) for n in names)} over SSH")
         mode = project.engine.install.mode
-
-        def manifest_command(first: HostState) -> str | None:
-            env = env_of_state(first.state, mode)
-            return None if env is None else manifest_read_command(env)
-
-        # Two SSH round trips per host: the manifest is read with the releases (both named by state.json).
-        facts, manifest_text = query_host_with(host, names, manifest_command, timeout_s=timeout_s, transport=transport)
+        # One SSH round trip per host: units, state.json, the current releases and the stored manifest.
+        facts, manifest_text = query_host(host, names, env_key=state_key(mode), timeout_s=timeout_s, transport=transport)
         env = env_of_state(facts.state, mode)
         if env is None:
             return facts, EnvVerdict(host.name, None, "missing", problem=f"no {state_key(mode)} recorded in {STATE_PATH}")

@@ -2,6 +2,7 @@
 
 import json
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,8 @@ from ddtree_ops.hosts.query import (
     parse_host_query,
     parse_release_query,
     parse_systemctl_show,
-    release_query_command,
+    FOLLOW_UP_MARK,
+    RELEASE_SCRIPT,
 )
 from ddtree_ops.hosts.ssh import ssh_argv
 
@@ -94,22 +96,49 @@ def test_host_query_round_trip():
     assert broken.state is None and "not valid JSON" in broken.state_error
 
 
-def test_release_json_of_the_current_release_is_what_was_deployed():
+def _run_release_script(tmp_path, state, releases: dict[str, str], env_key="env", manifest=None):
+    """Run the host script with a bare python3 on a layout under tmp_path, as the host does; its output."""
+    (tmp_path / "releases").mkdir()
+    for rid, text in releases.items():
+        (tmp_path / "releases" / rid).mkdir()
+        (tmp_path / "releases" / rid / "release.json").write_text(text)
+    state_path = tmp_path / "state.json"
+    if state is not None:
+        state_path.write_text(state if isinstance(state, str) else json.dumps(state))
+    if manifest is not None:
+        (tmp_path / "env").mkdir()
+        (tmp_path / "env" / "abi-manifest.json").write_text(manifest)
+    args = [str(state_path), str(tmp_path / "releases"), env_key, "abi-manifest.json", "tree", "baseline", "other"]
+    proc = subprocess.run(
+        ["python3", "-", *args], input=RELEASE_SCRIPT.read_text(), capture_output=True, text=True, check=True
+    )  # fmt: skip
+    return proc.stdout
+
+
+def test_release_json_of_the_current_release_is_what_was_deployed(tmp_path):
     # The layout deploy writes: state.json names the current release; release.json holds the settings
-    # (as Ansible templated them, so numbers may be strings).
-    state = {"services": {"tree": {"current": "d1-tree-abc", "previous": None}, "baseline": {"current": "d1-baseline-def"}}}
-    releases = current_releases(state, ["tree", "baseline", "other"])
-    assert releases == {"tree": "d1-tree-abc", "baseline": "d1-baseline-def"}
-    cmd = release_query_command(releases)
-    assert "cat /opt/ddtree/releases/d1-tree-abc/release.json" in cmd
-    out = (
-        "### unit tree\n"
-        '{"release_id": "d1-tree-abc", "algorithm": "ddtree", "budget": "31", "topk": "4"}\n'
-        "### unit baseline\n"
-        '{"algorithm": "dflash", "budget": "None", "topk": null}\n'
+    # (as Ansible templated them, so numbers may be strings). The host script follows those pointers.
+    state = {
+        "env": {"path": str(tmp_path / "env")},
+        "services": {"tree": {"current": "d1-tree-abc", "previous": "d0-tree-old"}, "baseline": {"current": "d1-baseline-def"}},
+    }
+    assert current_releases(state, ["tree", "baseline", "other"]) == {"tree": "d1-tree-abc", "baseline": "d1-baseline-def"}
+    out = _run_release_script(
+        tmp_path,
+        state,
+        {
+            "d1-tree-abc": '{"release_id": "d1-tree-abc", "algorithm": "ddtree", "budget": "31", "topk": "4"}\n',
+            "d0-tree-old": '{"algorithm": "ddtree", "budget": "15", "topk": "8"}\n',
+            "d1-baseline-def": '{"algorithm": "dflash", "budget": "None", "topk": null}\n',
+        },
+        manifest='{"checks": []}\n',
     )
-    found = parse_release_query(out)
+    assert out.startswith("### releases\n")
+    release_text, _, manifest_text = out.partition(FOLLOW_UP_MARK + "\n")
+    found = parse_release_query(release_text)
+    assert set(found) == {"tree", "baseline"}
     assert deployed_settings(state, "tree", found) == {"algorithm": "ddtree", "budget": 31, "topk": 4}
+    assert manifest_text == '{"checks": []}\n'
     expected = expected_server_info(PROJECT, TREE, deployed_settings(state, "tree", found))
     assert (expected["speculative_ddtree_budget"], expected["speculative_ddtree_topk"]) == (31, 4)
     assert expected_server_info(PROJECT, BASELINE, deployed_settings(state, "baseline", found)) == {
@@ -117,6 +146,12 @@ def test_release_json_of_the_current_release_is_what_was_deployed():
         "speculative_num_draft_tokens": 16,
     }
     assert parse_release_query("### unit tree\nnot json\n") == {}
+
+
+@pytest.mark.parametrize("state", [None, "{nope", '["a list"]', '{"services": {"tree": {"current": "../../etc"}}}'])
+def test_the_release_script_prints_its_marks_and_nothing_else_when_state_json_is_missing_or_broken(tmp_path, state):
+    assert _run_release_script(tmp_path, state, {}) == f"### releases\n{FOLLOW_UP_MARK}\n"
+    assert parse_release_query("") == {}
 
 
 def test_ssh_argv_uses_host_settings():

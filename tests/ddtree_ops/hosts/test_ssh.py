@@ -16,7 +16,7 @@ from ddtree_ops.config import parse_project
 from ddtree_ops.exceptions import HostError
 from ddtree_ops.health import doctor
 from ddtree_ops.health.check import run_healthcheck
-from ddtree_ops.hosts.layout import STATE_PATH, stored_manifest_path
+from ddtree_ops.hosts.layout import STATE_PATH
 from ddtree_ops.hosts.query import FOLLOW_UP_MARK
 from ddtree_ops.hosts.ssh import Transport
 
@@ -74,22 +74,28 @@ def test_healthcheck_reads_units_state_and_manifest_only_through_the_transport()
     state = json.dumps({"env": {"path": ENV}, "services": {}})
     transport = Scripted(
         {
+            # One round trip: units and state.json by shell, then the host script's releases and manifest.
             "echo '### unit ddtree-tree.service'": (
                 0,
                 "### unit ddtree-tree.service\nActiveState=active\nSubState=running\nLoadState=loaded\nNRestarts=2\n"
-                f"### state.json\n{state}\n",
+                f"### state.json\n{state}\n### releases\n{FOLLOW_UP_MARK}\n{MANIFEST.read_text()}",
                 "",
             ),
-            # The second round trip echoes a mark, then prints the stored manifest (query_host_with).
-            stored_manifest_path(ENV): (0, f"{FOLLOW_UP_MARK}\n{MANIFEST.read_text()}", ""),
         }
     )
     report = run_healthcheck(PROJECT, timeout_s=1, transport=transport)
     (result,) = report.results
     assert result.unit is not None and result.unit.running and result.unit.restarts == 2
     assert result.manifest is not None and result.manifest.status == "ok" and result.manifest.env == ENV
-    assert len(transport.commands) == 2  # one query of units + state.json, one read of the stored manifest
-    assert any(f"cat {STATE_PATH}" in c for c in transport.commands)
+    assert len(transport.commands) == 1  # one login per host: units, state.json, releases and manifest together
+    assert f"cat {STATE_PATH}" in transport.commands[0] and "python3 - " in transport.commands[0]
+
+
+def test_a_host_without_python3_is_named_and_the_healthcheck_reports_it():
+    transport = Scripted({"echo '### unit": (127, "### unit ddtree-tree.service\n", "bash: python3: command not found")})
+    (result,) = run_healthcheck(PROJECT, timeout_s=1, transport=transport).results
+    assert not result.ok
+    assert any("h1: python3 is not installed there" in f for f in result.failures)
 
 
 def test_doctor_reaches_hosts_only_through_the_transport():
