@@ -98,3 +98,28 @@ def test_listen_url_is_the_bound_address_with_ipv6_in_brackets():
         assert listen_url(sock) == f"http://[::1]:{sock.getsockname()[1]}"
     finally:
         sock.close()
+
+
+def test_connections_accepted_on_the_listen_socket_have_nagle_off():
+    # What uvicorn does with the socket `serve` binds: asyncio's create_server(sock=...). With Nagle on,
+    # a response's body segment waited for the client's delayed ACK of its header segment: 40 ms per
+    # request on a kept-alive connection (seen with tcpdump against a lab host, 2026-12-01).
+    import asyncio
+
+    async def accepted_nodelay() -> int:
+        listener = bind_listen_socket("127.0.0.1", 0)
+        seen: asyncio.Future = asyncio.get_running_loop().create_future()
+
+        class Probe(asyncio.Protocol):
+            def connection_made(self, transport):
+                seen.set_result(transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                transport.close()
+
+        server = await asyncio.get_running_loop().create_server(Probe, sock=listener)
+        async with server:
+            _, writer = await asyncio.open_connection(*listener.getsockname()[:2])
+            value = await asyncio.wait_for(seen, 10)
+            writer.close()
+        return value
+
+    assert asyncio.run(accepted_nodelay()) != 0

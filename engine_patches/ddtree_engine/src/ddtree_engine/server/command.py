@@ -27,7 +27,12 @@ def bind_listen_socket(host: str, port: int) -> socket.socket:
         PortInUse: the port is held by another process (message says how to find it).
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, not 0: asyncio switches Nagle off only on sockets whose proto says TCP
+    # (base_events._set_nodelay), and accepted sockets inherit the listener's proto. With proto 0
+    # every response on a kept-alive connection after the first few waited 40 ms for the client's
+    # delayed ACK between its header and body segments (and so would each streamed chunk).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # Linux passes it on to accepted sockets too
     # uvicorn sets SO_REUSEADDR too: a port in TIME_WAIT is free, a listening one is not.
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
