@@ -54,8 +54,8 @@ HEALTHCHECK_RUNS = 5
 def busy_cpu_s() -> float:
     """CPU seconds this machine has spent busy (all cores, every process: the lab hosts' too), from /proc/stat."""
     fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields[:7])  # steal: not this machine's work
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def ops_timed(*args: str, config: Path, env: dict[str, str]) -> tuple[float, float]:
@@ -86,12 +86,14 @@ def main() -> None:
     args = parser.parse_args()
     sizes = sorted(set(args.sizes))
     largest = sizes[-1]
+    if len(sizes) < 2 or sizes[0] < 1 or largest > 12:
+        parser.error("--sizes: at least two fleet sizes between 1 and 12 (each gets its own budget, 12 down to 1)")
 
     free_gb = shutil.disk_usage("/var/lib/docker" if Path("/var/lib/docker").exists() else "/").free / 1e9
     if free_gb < DISK_PER_HOST_GB * largest:
         sys.exit(
             f"{largest} lab hosts need about {DISK_PER_HOST_GB * largest:.0f} GB of disk for their envs, "
-            f"{free_gb:.1f} GB is free: free some, or pass --large with fewer hosts"
+            f"{free_gb:.1f} GB is free: free some, or pass --sizes with fewer hosts"
         )
     lab_dir = args.lab_dir or Path(tempfile.mkdtemp(prefix="ddtree-scale-")) / "lab"
     work = Path(tempfile.mkdtemp(prefix="ddtree-scale-work-"))

@@ -20,9 +20,9 @@ import sys
 
 def read(path):
     try:
-        with open(path) as handle:
+        with open(path, encoding="utf-8", errors="replace") as handle:
             return handle.read()
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a path with a NUL byte
         return ""
 
 

@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--flavour", required=True)
     f.add_argument("--python", action="append", required=True, help="cp311, cp312, …; repeatable")
     f.add_argument("--machine", action="append", default=None, help="x86_64 (default), aarch64; repeatable")
-    f.add_argument("--exclude-newer", required=True, help="ignore files uploaded after this date (YYYY-MM-DD): reproducible")
+    f.add_argument("--exclude-newer", required=True, help="ignore files uploaded after this date (YYYY-MM-DD), recorded in the header")
     args = parser.parse_args(argv)
     for python_tag in args.python:
         for machine in args.machine or ["x86_64"]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-import functools
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -84,11 +84,17 @@ def request_timeout(timeout_s: float, stall_s: float | None) -> httpx.Timeout:
     return httpx.Timeout(timeout_s, connect=min(CONNECT_TIMEOUT_S, timeout_s), read=stall)
 
 
-@functools.lru_cache(maxsize=1)
+_TLS_LOCK = threading.Lock()
+_TLS: list = []
+
+
 def _tls_context():
-    """httpx's default verifying TLS context, built once: each build reads the CA bundle (~20 ms of CPU),
-    which a healthcheck of 8 hosts paid 16 times at once on the controller's cores."""
-    return httpx.create_ssl_context()
+    """httpx's default verifying TLS context, built once per process under a lock: each build reads the
+    CA bundle (~20 ms of CPU), which a healthcheck of 8 hosts paid 16 times at once on its threads."""
+    with _TLS_LOCK:
+        if not _TLS:
+            _TLS.append(httpx.create_ssl_context())
+        return _TLS[0]
 
 
 class ServiceClient:

@@ -110,7 +110,7 @@ def _run_release_script(tmp_path, state, releases: dict[str, str], env_key="env"
         (tmp_path / "env" / "abi-manifest.json").write_text(manifest)
     args = [str(state_path), str(tmp_path / "releases"), env_key, "abi-manifest.json", "tree", "baseline", "other"]
     proc = subprocess.run(
-        ["python3", "-", *args], input=RELEASE_SCRIPT.read_text(), capture_output=True, text=True, check=True
+        ["python3", "-I", "-", *args], input=RELEASE_SCRIPT.read_text(), capture_output=True, text=True, check=True
     )  # fmt: skip
     return proc.stdout
 
@@ -148,10 +148,22 @@ def test_release_json_of_the_current_release_is_what_was_deployed(tmp_path):
     assert parse_release_query("### unit tree\nnot json\n") == {}
 
 
-@pytest.mark.parametrize("state", [None, "{nope", '["a list"]', '{"services": {"tree": {"current": "../../etc"}}}'])
+@pytest.mark.parametrize(
+    "state",
+    [None, "{nope", '["a list"]', '{"services": {"tree": {"current": "../../etc"}}}', '{"services": {"tree": {"current": "a\\u0000b"}}}'],
+)
 def test_the_release_script_prints_its_marks_and_nothing_else_when_state_json_is_missing_or_broken(tmp_path, state):
-    assert _run_release_script(tmp_path, state, {}) == f"### releases\n{FOLLOW_UP_MARK}\n"
-    assert parse_release_query("") == {}
+    out = _run_release_script(tmp_path, state, {})
+    assert out.startswith("### releases\n") and out.endswith(f"{FOLLOW_UP_MARK}\n")  # no traceback, both marks
+    assert parse_release_query(out.partition(FOLLOW_UP_MARK)[0]) == {}
+
+
+def test_the_release_script_reads_a_manifest_that_is_not_utf8_instead_of_failing(tmp_path):
+    state = {"env": {"path": str(tmp_path / "env")}, "services": {}}
+    (tmp_path / "env").mkdir()
+    (tmp_path / "env" / "abi-manifest.json").write_bytes(b'{"x": "\xff"}')
+    out = _run_release_script(tmp_path, state, {})
+    assert out == f"### releases\n{FOLLOW_UP_MARK}\n" + '{"x": "\ufffd"}\n'
 
 
 def test_ssh_argv_uses_host_settings():

@@ -88,7 +88,7 @@ def test_healthcheck_reads_units_state_and_manifest_only_through_the_transport()
     assert result.unit is not None and result.unit.running and result.unit.restarts == 2
     assert result.manifest is not None and result.manifest.status == "ok" and result.manifest.env == ENV
     assert len(transport.commands) == 1  # one login per host: units, state.json, releases and manifest together
-    assert f"cat {STATE_PATH}" in transport.commands[0] and "python3 - " in transport.commands[0]
+    assert f"cat {STATE_PATH}" in transport.commands[0] and "python3 -I - " in transport.commands[0]
 
 
 def test_a_host_without_python3_is_named_and_the_healthcheck_reports_it():
