@@ -9,6 +9,9 @@ graph (lossless.py): CUDA graphs on (not yet run on a GPU): the lab pair's AR (g
   wider (32/8: 33 rows, the drafter eager), and 15/8 again with graphs off beside them.
 cost-graph (step_cost.py): DDTREE with CUDA graphs (ddtree-graph-B-K) beside DFLASH with graphs and DDTREE eager.
 rerun RESULTS_JSON: the grid's configurations that did not finish there, with each pair's AR again.
+q3-rest (lossless.py): the q3 pair's grid past what the 2026-12-01 run reached (it stopped after 8/1).
+cost-rest (step_cost.py): what issue 12 still lacks with graphs on: the lab pair on its prompts (tok/s,
+  the 1.15x bar) and the 1B-class hybrid, beside DFLASH with graphs.
 """
 import json
 import sys
@@ -64,6 +67,20 @@ def cost_graph():
     ]
 
 
+def q3_rest():
+    reached = {(1, 1), (1, 4), (1, 8), (8, 1)}
+    plan = [{"label": "q3 ar", "pair": "q3"}, {"label": "q3 dflash", "pair": "q3", "algo": "DFLASH"}]
+    return plan + [c for c in grid() if c["pair"] == "q3" and "ddt" in c
+                   and (c["ddt"]["speculative_ddtree_budget"], c["ddt"]["speculative_ddtree_topk"]) not in reached]
+
+
+def cost_rest():
+    return [
+        {"model": "lab", "prompts": "lab", "arms": ["ar", "dflash", "ddtree-graph-15-8", "ddtree-graph-15-4", "ddtree-graph-31-8"]},
+        {"model": "q35-1b", "dummy": True, "arms": ["dflash", "ddtree-graph-15-8", "ddtree-graph-15-4", "ddtree-graph-31-8"]},
+    ]
+
+
 def rerun(results_json):
     """The grid's configurations that did not finish in RESULTS_JSON, plus each pair's AR (the reference)."""
     done = {r["label"] for r in json.load(open(results_json)) if r.get("rc") == 0 and "res" in r}
@@ -71,5 +88,6 @@ def rerun(results_json):
 
 
 if __name__ == "__main__":
-    plans = {"grid": grid, "cost": cost, "graph": graph, "cost-graph": cost_graph, "rerun": rerun}
+    plans = {"grid": grid, "cost": cost, "graph": graph, "cost-graph": cost_graph, "rerun": rerun,
+             "q3-rest": q3_rest, "cost-rest": cost_rest}
     print(json.dumps(plans[sys.argv[1]](*sys.argv[2:])))
