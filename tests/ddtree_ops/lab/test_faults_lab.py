@@ -414,6 +414,9 @@ def test_deploy_interrupted_or_killed_mid_rollout_then_a_rerun_converges(lab):
 # ---- a host stopped in the middle of deploy ------------------------------------------------------
 
 
+SLOW_START_DIR = "/etc/systemd/system/ddtree-tree.service.d"
+
+
 def _wait_for_ssh(host, timeout_s: float = 180) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -435,6 +438,17 @@ def test_a_host_stopped_during_its_health_gate_is_reported_and_a_rerun_after_it_
     lab1 = containers["lab-1"]
     address = _address(lab1)
     second_before = _host_files(containers["lab-2"])
+    # The new release must still be starting when the host goes away: the lab engine answers /health
+    # about 2 s after a restart, sooner than `docker stop` takes the host down (CI run of 2026-12-01:
+    # the gate saw the tree healthy, then the baseline's /server_info refused). A drop-in beside the
+    # unit deploy writes runs a sleep in the engine's place (the unit is active, /health never answers),
+    # so the host is stopped mid-gate every time; once the host is back it is removed and the unit
+    # restarted, which is what the host's boot does without it.
+    _in_container(
+        lab1,
+        f"mkdir -p {SLOW_START_DIR} && printf '[Service]\\nExecStart=\\nExecStart=/bin/sleep 600\\n' "
+        f"> {SLOW_START_DIR}/not-ready.conf && systemctl daemon-reload",
+    )
     argv = [str(Path(sys.executable).with_name("ddtree-ops")), "-c", config, "deploy", "--budget", "7", "--topk", "4"]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
@@ -459,10 +473,16 @@ def test_a_host_stopped_during_its_health_gate_is_reported_and_a_rerun_after_it_
         if proc.poll() is None:
             proc.kill()
         _docker("start", lab1)
+        _in_container(
+            lab1,
+            "systemctl is-system-running --wait >/dev/null;"  # the host's systemd is booting again
+            f" rm -rf {SLOW_START_DIR} && systemctl daemon-reload && systemctl restart ddtree-tree.service",
+            check=False,
+        )
     stderr = "".join(lines)
     assert rc == 1, stderr
     assert "deploy failed on host 'lab-1'" in stderr
-    assert "host lab-1 stopped answering (SSH and HTTP) while ddtree-" in stderr, stderr
+    assert "host lab-1 stopped answering (SSH and HTTP) while ddtree-tree.service was starting" in stderr, stderr
     assert "rollback of 'lab-1' FAILED too: host lab-1 (" in stderr and "unreachable over SSH" in stderr
     assert "when lab-1 answers again, its services may run the new release: run the same `ddtree-ops deploy` again" in stderr
     assert "host(s) lab-2 were not touched" in stderr
