@@ -12,6 +12,8 @@
 ```
 
 The Ansible roles receive these values as variables (or carry the same defaults, named there).
+`host_scripts/current_release.py` follows state.json's `current` and env `path` on the host itself
+(healthcheck's one SSH query passes it STATE_PATH, RELEASES_DIR and MANIFEST_NAME).
 """
 
 from __future__ import annotations
@@ -82,10 +84,6 @@ def image_tag(short_hash: str) -> str:
     return f"{IMAGE_REPO}:{short_hash}"
 
 
-def release_json(release_id: str) -> str:
-    return f"{RELEASES_DIR}/{release_id}/release.json"
-
-
 def stored_manifest_path(env: str) -> str:
     """The ABI manifest stored beside `env` (a venv or an image's record directory)."""
     return f"{env.rstrip('/')}/{MANIFEST_NAME}"
@@ -110,14 +108,3 @@ def service_entries(state: Any) -> dict[str, Any]:
     """state.json's per-service entries ({} when there are none or the document is not an object)."""
     entries = state.get(STATE_SERVICES) if isinstance(state, dict) else None
     return entries if isinstance(entries, dict) else {}
-
-
-def current_releases(state: dict[str, Any] | None, services: list[str]) -> dict[str, str]:
-    """service -> the release id state.json names as current (deploy writes `{"current": id, …}`)."""
-    out: dict[str, str] = {}
-    entries = service_entries(state)
-    for svc in services:
-        entry = entries.get(svc)
-        if isinstance(entry, dict) and isinstance(entry.get(STATE_CURRENT), str) and entry[STATE_CURRENT]:
-            out[svc] = entry[STATE_CURRENT]
-    return out

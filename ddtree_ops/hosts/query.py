@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -182,7 +182,8 @@ def query_host(
         raise HostError(
             f"host {host.name}: the service query exited {proc.returncode}: {proc.stderr.strip() or proc.stdout.strip()[-500:]}"
         )
-    facts = parse_host_query(services, head)
     release_text, _, manifest_text = tail.partition(FOLLOW_UP_MARK + "\n")
-    facts = HostState(units=facts.units, state=facts.state, state_error=facts.state_error, releases=parse_release_query(release_text))
-    return facts, ((manifest_text if manifest_text.strip() else "") if env_key is not None else None)
+    facts = replace(parse_host_query(services, head), releases=parse_release_query(release_text))
+    if env_key is None:
+        return facts, None
+    return facts, manifest_text if manifest_text.strip() else ""
