@@ -10,6 +10,8 @@ graph (lossless.py): CUDA graphs on (not yet run on a GPU): the lab pair's AR (g
 cost-graph (step_cost.py): DDTREE with CUDA graphs (ddtree-graph-B-K) beside DFLASH with graphs and DDTREE eager.
 rerun RESULTS_JSON: the grid's configurations that did not finish there, with each pair's AR again.
 q3-rest (lossless.py): the q3 pair's grid past what the 2026-12-01 run reached (it stopped after 8/1).
+graph+q3 (lossless.py): graph and q3-rest in one run (the lab pair's graphed DDTREE after a worker change, and
+  the q3 grid).
 cost-rest (step_cost.py): what issue 12 still lacks with graphs on: the lab pair on its prompts (tok/s,
   the 1.15x bar) and the 1B-class hybrid, beside DFLASH with graphs.
 """
@@ -81,6 +83,16 @@ def cost_rest():
     ]
 
 
+def cost_prep():
+    """Issue 12 after the tree step became one CUDA-graph replay per request (sglang_plugin/prep.py): the 4B-class
+    step cost with profiles (host gaps), the same arm with the op-by-op tree step beside it, then the lab pair."""
+    return [
+        {"model": "q35-4b", "dummy": True, "arms": ["dflash", "ddtree-graph-15-8", "ddtree-graph-15-8+eagerprep", "ddtree-graph-31-8"],
+         "profile": ["dflash", "ddtree-graph-15-8", "ddtree-graph-15-8+eagerprep"]},
+        {"model": "lab", "prompts": "lab", "arms": ["ar", "dflash", "ddtree-graph-15-8", "ddtree-graph-15-4", "ddtree-graph-31-8"]},
+    ]
+
+
 def rerun(results_json):
     """The grid's configurations that did not finish in RESULTS_JSON, plus each pair's AR (the reference)."""
     done = {r["label"] for r in json.load(open(results_json)) if r.get("rc") == 0 and "res" in r}
@@ -89,5 +101,6 @@ def rerun(results_json):
 
 if __name__ == "__main__":
     plans = {"grid": grid, "cost": cost, "graph": graph, "cost-graph": cost_graph, "rerun": rerun,
-             "q3-rest": q3_rest, "cost-rest": cost_rest}
+             "q3-rest": q3_rest, "cost-rest": cost_rest, "graph+q3": lambda: graph() + q3_rest(),
+             "cost-prep": cost_prep}
     print(json.dumps(plans[sys.argv[1]](*sys.argv[2:])))

@@ -1,8 +1,11 @@
-"""Summarise a torch-profiler chrome trace from SGLang's profiler (DIR/*.trace.json.gz): GPU time per kernel.
+"""Summarise a torch-profiler chrome trace from SGLang's profiler (DIR/*.trace.json.gz): GPU time per kernel,
+where the GPU waits for the host, and the host's CUDA calls.
 
     python profile_summary.py DIR [STEPS]
 Prints the GPU busy time, the number of kernel launches and the top kernels by total time, divided by STEPS
-(the forward steps the trace holds; step_cost.py records 12, the first a short prefill).
+(the forward steps the trace holds; step_cost.py records 12, the first a short prefill). Then the GPU's idle
+gaps shorter than GAP_MS (inside steps; longer ones are between requests) by the kernels on either side: the
+places a step waits for its host. Then the host's CUDA runtime calls per step (launches, graph launches, syncs).
 """
 import collections, glob, gzip, json, sys
 
@@ -32,3 +35,31 @@ print("| us/step | launches/step | kernel |")
 print("|---|---|---|")
 for name, (dur, n) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:30]:
     print(f"| {dur / steps:.1f} | {n / steps:.1f} | {name[:110]} |")
+
+GAP_MS = 2.0
+ordered = sorted(kernels, key=lambda e: e["ts"])
+gaps = collections.defaultdict(lambda: [0.0, 0])
+short = lambda n: n.split("(")[0].split("<")[0][:48]
+for a, b in zip(ordered, ordered[1:]):
+    gap = b["ts"] - (a["ts"] + a.get("dur", 0))
+    if 0 < gap < GAP_MS * 1000:
+        key = f"{short(a.get('name', '?'))} -> {short(b.get('name', '?'))}"
+        gaps[key][0] += gap
+        gaps[key][1] += 1
+in_step = sum(v[0] for v in gaps.values())
+print(f"\nGPU idle in gaps < {GAP_MS} ms: {in_step / steps:.1f} us/step (the host behind the GPU)")
+print("| idle us/step | gaps/step | after -> before |")
+print("|---|---|---|")
+for key, (dur, n) in sorted(gaps.items(), key=lambda kv: -kv[1][0])[:15]:
+    print(f"| {dur / steps:.1f} | {n / steps:.1f} | {key} |")
+runtime = [e for e in events if e.get("cat") == "cuda_runtime" and e.get("ph") == "X"]
+calls = collections.defaultdict(lambda: [0.0, 0])
+for e in runtime:
+    calls[e.get("name", "?")][0] += float(e.get("dur", 0))
+    calls[e.get("name", "?")][1] += 1
+print("\n| host us/step | calls/step | CUDA runtime call |")
+print("|---|---|---|")
+for name, (dur, n) in sorted(calls.items(), key=lambda kv: -kv[1][1])[:12]:
+    print(f"| {dur / steps:.1f} | {n / steps:.1f} | {name[:60]} |")
+cpu_ops = [e for e in events if e.get("cat") == "cpu_op" and e.get("ph") == "X"]
+print(f"\n{len(cpu_ops) / steps:.1f} torch ops/step on the host")

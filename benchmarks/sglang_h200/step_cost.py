@@ -15,7 +15,8 @@ GROUPS_JSON: [{"model": "q35-4b", "dummy": true, "arms": ["ar", "dflash", "dflas
          tokens: tokens per step and tok/s are real.
 Arms: ar, dflash (CUDA graphs as SGLang ships them), dflash-nograph, ddtree-B-K (budget B, topk K, without CUDA
 graphs), ddtree-graph-B-K (the same with CUDA graphs on: the target's verify replays a tree-masked graph, the tree
-padded to max(block, B + 1) rows; the drafter replays its graphs only when B + 1 <= its block). Settings common to all arms (the shared recipe's limits):
+padded to max(block, B + 1) rows; the drafter replays its graphs only when B + 1 <= its block); an arm ending in +eagerprep runs its tree step op by op (DDTREE_TREE_GRAPH=0,
+sglang_plugin/prep.py) instead of one CUDA-graph replay per request. Settings common to all arms (the shared recipe's limits):
 Triton attention, page size 1, radix cache off, overlap schedule off, bf16, batch size 1.
 `profile` arms also record a torch-profiler trace of 8 decode steps, summarised per kernel (profile_summary.py).
 """
@@ -26,6 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = r'''
 import json, os, statistics, sys, time
 cfg = json.loads(sys.argv[1]); bench = cfg.pop("_bench")
+os.environ.update(cfg.pop("_env", {}))  # before SGLang starts its scheduler process, which inherits it
 import fcntl
 import sglang as sgl
 # One arm loads at a time (imports overlap): SGLang sizes its pools from the free memory it sees before and
@@ -102,6 +104,16 @@ if LOG_LEVEL:
 
 
 def arm_cfg(group, arm, share):
+    arm, _, variant = arm.partition("+")
+    cfg = _arm_cfg(group, arm, share)
+    if variant == "eagerprep":  # the tree step launched op by op (sglang_plugin/prep.py), not one graph replay
+        cfg["_env"] = {"DDTREE_TREE_GRAPH": "0"}
+    elif variant:
+        raise SystemExit(f"unknown arm variant {variant!r} in {arm}+{variant}")
+    return cfg
+
+
+def _arm_cfg(group, arm, share):
     model = f"{MODELS}/{group['model']}"
     cfg = dict(COMMON, model_path=f"{model}/target", mem_fraction_static=share)
     if group.get("dummy"):
@@ -171,7 +183,7 @@ def run_group(group, tmp):
             res["err"] = open(f"{tmp}/{i}.log").read()[-4000:]
         if bench.get("profile") and os.path.isdir(bench["profile"]):
             summary = subprocess.run([sys.executable, f"{HERE}/profile_summary.py", bench["profile"]], capture_output=True, text=True)
-            res["profile"] = summary.stdout[-6000:] or summary.stderr[-2000:]
+            res["profile"] = summary.stdout[-12000:] or summary.stderr[-2000:]
         results.append(res)
         print(json.dumps({k: v for k, v in res.items() if k not in ("per_prompt", "profile")})[:3000], flush=True)
     return results

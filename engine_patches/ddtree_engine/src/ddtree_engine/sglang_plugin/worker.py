@@ -6,7 +6,9 @@ replaces the decode step. One step, per request:
 1. Draft: DFLASH's block (the bonus token, then mask tokens) through the drafter; its hidden
    states at depths 1..L go through the target's LM head into draft logits [L, V].
 2. Tree: this project's TreeStep (top-K log-probs, best-first build of `budget` prefixes,
-   ancestor mask, first-child / next-sibling links) on the device.
+   ancestor mask, first-child / next-sibling links) on the device, with the LM head before it and
+   the verify's padded rows after it: one CUDA-graph replay per request when graphs are on
+   (prep.py), not ~30 launches while the GPU waits for the verify.
 3. Verify: the target runs the W = nodes + 1 tree rows in TARGET_VERIFY mode with the tree as
    its custom attention mask (the prefix fully visible) and, on hybrid models, with the
    first-child / next-sibling links SGLang's GDN kernels use to take every node's conv window
@@ -64,7 +66,8 @@ from . import graph_runner
 from .commit import flattened_links, last_accepted_row, window_order
 from .memory import GdnShape, describe
 from .metrics import StepMetrics
-from .padding import pad_tree, tree_custom_mask, verify_rows
+from .padding import pad_tree, verify_rows
+from .prep import TreePrep, graphs_wanted, stacked, verify_mask
 from .tree_shape import max_tree_nodes
 
 logger = logging.getLogger(__name__)
@@ -121,6 +124,8 @@ class DDTreeWorker(DFlashWorkerV2):
         self.speculative_num_draft_tokens = self.verify_width
         self.vocab_size = int(self.model_runner.model_config.vocab_size)
         self._tree_steps: list[TreeStep] = []
+        self._preps: dict[tuple[int, int], TreePrep] = {}
+        self._prep_graphs = graphs_wanted(torch.device(self.device), bool(getattr(server_args, "disable_cuda_graph", False)))
         self._trace_path = os.environ.get(TRACE_ENV) or None
         self._metrics = StepMetrics(self.budget, self.nodes)
         self.check_supported()
@@ -204,8 +209,8 @@ class DDTreeWorker(DFlashWorkerV2):
         """None: DDTREE reads the drafter's hidden states and projects every depth itself.
 
         DFLASH folds a greedy head over the block into the drafter's graph; DDTREE never reads its
-        output (`_draft_logits` takes the hidden states), so it would be a wasted LM-head matmul
-        in every replay.
+        output (`_draft_hidden` takes the hidden states; prep.py applies the LM head), so it would be
+        a wasted LM-head matmul in every replay.
         """
         return None
 
@@ -240,12 +245,20 @@ class DDTreeWorker(DFlashWorkerV2):
             )
         return self._tree_steps[i]
 
-    def _draft_logits(self, batch, draft_input, bs: int, prefix_lens: torch.Tensor, seq_lens_cpu: torch.Tensor):
-        """Run the drafter on the block; return the draft logits [bs, L, V]."""
+    def _prep(self, i: int, rows: int) -> TreePrep:
+        """Request slot i's tree prep at `rows` verify rows (prep.py), made on first use."""
+        prep = self._preps.get((i, rows))
+        if prep is None:
+            lm_head = unwrap_lora_layer(getattr(self.target_worker.model_runner.model, "lm_head", None))
+            prep = TreePrep(self._tree_step(i), lm_head.weight, self.vocab_size, rows, graph=self._prep_graphs)
+            self._preps[(i, rows)] = prep
+        return prep
+
+    def _draft_hidden(self, batch, draft_input, bs: int, prefix_lens: torch.Tensor, seq_lens_cpu: torch.Tensor):
+        """Run the drafter on the block; return its hidden states at depths 1..L, [bs, L, H]."""
         device, block = self.device, self.block_size
         target_model = self.target_worker.model_runner.model
         embed_module = unwrap_lora_layer(_resolve_dflash_embedding_module(self.draft_model, target_model))
-        lm_head = unwrap_lora_layer(getattr(target_model, "lm_head", None))
         block_ids = torch.full((bs, block), int(self._mask_token_id), dtype=torch.long, device=device)
         block_ids[:, 0].copy_(draft_input.bonus_tokens.view(-1))
         offsets = torch.arange(block, dtype=torch.int64, device=device)
@@ -297,10 +310,7 @@ class DDTreeWorker(DFlashWorkerV2):
         hidden = draft_out.logits_output.hidden_states
         if hidden is None:
             raise RuntimeError("DDTREE: the DFlash drafter returned no hidden states")
-        hidden = hidden.view(bs, block, -1)[:, 1:, :]
-        weight = lm_head.weight
-        logits = torch.matmul(hidden.to(weight.dtype), weight.T)
-        return logits[..., : self.vocab_size]
+        return hidden.view(bs, block, -1)[:, 1:, :]
 
     def _tree_decode(self, batch, on_publish):
         draft_input = batch.spec_info
@@ -313,28 +323,26 @@ class DDTreeWorker(DFlashWorkerV2):
         else:
             seq_lens_cpu = prefix_lens.to("cpu", torch.int64)
 
-        # 1-2. Draft logits, then one tree per request on the device.
-        draft_logits = self._draft_logits(batch, draft_input, bs, prefix_lens, seq_lens_cpu)
-        roots = draft_input.bonus_tokens.view(-1).to(torch.int64)
-        steps = []
-        for i in range(bs):
-            step = self._tree_step(i)
-            step.build(draft_logits[i], roots[i : i + 1], prefix_lens[i : i + 1].to(torch.int64))
-            steps.append(step)
-        tokens = torch.stack([s.tree[0] for s in steps])  # [bs, W]
-        parents = torch.stack([s.tree[1] for s in steps])
-        depths = torch.stack([s.tree[2] for s in steps])
-        masks = [s.compiled[0] for s in steps]  # [W, W] bool each
-        first_child = torch.stack([s.compiled[3] for s in steps])
-        next_sibling = torch.stack([s.compiled[4] for s in steps])
+        # 1-2. Draft hidden states, then per request the LM head, the tree and its padded verify rows
+        # on the device (prep.py: one CUDA-graph replay per request when graphs are on).
+        draft_hidden = self._draft_hidden(batch, draft_input, bs, prefix_lens, seq_lens_cpu)
+        roots = draft_input.bonus_tokens.view(-1)
+        preps = [self._prep(i, rows) for i in range(bs)]
+        for i, prep in enumerate(preps):
+            prep.run(draft_hidden[i], roots[i : i + 1], prefix_lens[i : i + 1])
+        steps = [prep.step for prep in preps]
+        v_tokens = stacked(preps, "tokens")  # [bs, rows]: the W tree rows, then pad rows
+        v_first_child, v_next_sibling = stacked(preps, "first_child"), stacked(preps, "next_sibling")
         if self.hybrid_mode == "unsafe":
             # Diagnosis only (behind --speculative-ddtree-allow-hybrid-unsafe): GDN states in flattened order.
             first_child, next_sibling = flattened_links(bs, width, device)
+            _, _, v_first_child, v_next_sibling = pad_tree(
+                v_tokens[:, :width], v_tokens[:, :width], first_child, next_sibling, rows
+            )
 
         # 3. Verify the tree rows (then any pad rows): positions prefix + depth, KV into the
         # window's first `rows` slots (SGLang reserved max(block, budget + 1) >= rows).
-        v_tokens, v_depths, v_first_child, v_next_sibling = pad_tree(tokens, depths, first_child, next_sibling, rows)
-        positions = (prefix_lens.to(torch.int64).unsqueeze(1) + v_depths).reshape(-1)
+        positions = stacked(preps, "positions").reshape(-1)
         req_to_token = self.model_runner.req_to_token_pool.req_to_token
         verify_locs = assign_extend_cache_locs_func(
             req_pool_indices=batch.req_pool_indices,
@@ -346,7 +354,7 @@ class DDTreeWorker(DFlashWorkerV2):
             device=device,
         )
         # SGLang's custom mask: per request [rows, prefix + rows] row-major, True = may attend.
-        custom_mask = tree_custom_mask(masks, [int(n) for n in seq_lens_cpu], rows)
+        custom_mask = verify_mask(preps, [int(n) for n in seq_lens_cpu])
         plan = self.target_worker.model_runner.kv_index_translator.plan(
             req_pool_indices=batch.req_pool_indices,
             seq_lens=prefix_lens,
@@ -430,6 +438,9 @@ class DDTreeWorker(DFlashWorkerV2):
         if line is not None:
             logger.info("%s", line)
         if self._trace_path:
+            draft_logits = torch.stack([prep.logits for prep in preps])
+            tokens = torch.stack([s.tree[0] for s in steps])
+            parents = torch.stack([s.tree[1] for s in steps])
             self._trace(prefix_lens, draft_logits, tokens, parents, choice, path, commit_lens, target_out.can_run_cuda_graph)
 
         next_draft_input = self._make_next_draft_input_decode(bonus_tokens=bonus, new_seq_lens=new_seq_lens)
