@@ -63,11 +63,12 @@ from sglang.srt.speculative.spec_utils import draft_pp_context, draft_tp_context
 
 from ..kernels.tree_step import TreeStep
 from . import graph_runner
-from .commit import flattened_links, last_accepted_row, window_order
+from .commit import flattened_links
 from .memory import GdnShape, describe
 from .metrics import StepMetrics
 from .padding import pad_tree, verify_rows
 from .prep import TreePrep, graphs_wanted, stacked, verify_mask
+from .walk_commit import WalkCommit
 from .tree_shape import max_tree_nodes
 
 logger = logging.getLogger(__name__)
@@ -125,6 +126,7 @@ class DDTreeWorker(DFlashWorkerV2):
         self.vocab_size = int(self.model_runner.model_config.vocab_size)
         self._tree_steps: list[TreeStep] = []
         self._preps: dict[tuple[int, int], TreePrep] = {}
+        self._posts: dict[tuple, WalkCommit] = {}
         self._prep_graphs = graphs_wanted(torch.device(self.device), bool(getattr(server_args, "disable_cuda_graph", False)))
         self._trace_path = os.environ.get(TRACE_ENV) or None
         self._metrics = StepMetrics(self.budget, self.nodes)
@@ -253,6 +255,16 @@ class DDTreeWorker(DFlashWorkerV2):
             prep = TreePrep(self._tree_step(i), lm_head.weight, self.vocab_size, rows, graph=self._prep_graphs)
             self._preps[(i, rows)] = prep
         return prep
+
+    def _walk_commit(self, steps: list[TreeStep], rows: int, seq_dtype: torch.dtype) -> WalkCommit:
+        """The walk and commit of a batch of len(steps) requests at `rows` rows (walk_commit.py)."""
+        key = (len(steps), rows, seq_dtype)
+        post = self._posts.get(key)
+        if post is None:
+            req_to_token = self.model_runner.req_to_token_pool.req_to_token
+            post = WalkCommit(steps, rows, req_to_token, seq_dtype, graph=self._prep_graphs)
+            self._posts[key] = post
+        return post
 
     def _draft_hidden(self, batch, draft_input, bs: int, prefix_lens: torch.Tensor, seq_lens_cpu: torch.Tensor):
         """Run the drafter on the block; return its hidden states at depths 1..L, [bs, L, H]."""
@@ -392,29 +404,20 @@ class DDTreeWorker(DFlashWorkerV2):
         # The walk reads the tree's W rows only: no pad row is ever accepted.
         choice = torch.argmax(logits_output.next_token_logits, dim=-1).view(bs, rows)[:, :width]
 
-        # 4. Walk each tree with the target's choices.
-        for i, step in enumerate(steps):
-            step.walk(choice[i])
-        path = torch.stack([s.walked[0] for s in steps])  # [bs, W] node ids, then -1
-        emitted = torch.stack([s.walked[1] for s in steps])  # accepted tokens + bonus, then -1
-        commit_lens = torch.cat([s.walked[2] for s in steps]).to(torch.int32)
-        bonus = torch.cat([s.walked[3] for s in steps]).to(torch.int64)
-        new_seq_lens = prefix_lens + commit_lens.to(prefix_lens.dtype)
-
-        # 5. Commit. The window's slots, reordered: accepted nodes first (in path order), then
-        # the rest (their KV is dead; the slots stay reserved for this request).
-        idx = torch.arange(width, device=device)
-        accepted = idx.unsqueeze(0) < commit_lens.unsqueeze(1).to(idx.dtype)
-        order = window_order(path, commit_lens)
-        locs_2d = verify_locs.view(bs, rows)[:, :width]  # pad rows' slots stay in place, dead
-        new_window = torch.gather(locs_2d, 1, order)
-        cols = prefix_lens.to(torch.int64).unsqueeze(1) + idx
-        req_to_token[batch.req_pool_indices.to(torch.int64).unsqueeze(1), cols] = new_window.to(req_to_token.dtype)
+        # 4-5. Walk each tree with the target's choices, then commit: the request's KV window
+        # permuted so the accepted nodes come first (walk_commit.py: one CUDA-graph replay per
+        # batch size when graphs are on).
+        write_ids = plan.write_ids(self.draft_model_runner.kv_index_translator)
+        post = self._walk_commit(steps, rows, prefix_lens.dtype)
+        post.run(choice, prefix_lens, batch.req_pool_indices, verify_locs, write_ids)
+        # What leaves this step (the batch's lengths, the next draft input, the scheduler's tokens) is
+        # copied out of the replayed buffers, which the next step overwrites.
+        commit_lens, bonus, new_seq_lens = post.commit_lens.clone(), post.bonus.clone(), post.new_seq_lens.clone()
+        path, order, cols, out_tokens, ctx_locs = post.path, post.order, post.cols, post.out_tokens.clone(), post.ctx_locs
 
         if self._need_mamba_verify_commit:
-            self._commit_hybrid_state(batch, seq_lens_pre_verify, new_seq_lens, commit_lens, path)
+            self._commit_hybrid_state(batch, seq_lens_pre_verify, new_seq_lens, commit_lens, path, post.last_row)
 
-        out_tokens = torch.where(accepted, emitted, 0)
         if on_publish is not None:
             on_publish(new_seq_lens)
 
@@ -424,8 +427,6 @@ class DDTreeWorker(DFlashWorkerV2):
             raise RuntimeError("DDTREE verify needs the target's hidden states, got None")
         hidden = hidden.view(bs, rows, -1)
         hidden = torch.gather(hidden, 1, order.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
-        write_ids = plan.write_ids(self.draft_model_runner.kv_index_translator).view(bs, rows)
-        ctx_locs = torch.gather(write_ids.to(torch.int64), 1, order)
         self._append_target_hidden_to_draft_kv_by_loc(
             target_hidden=hidden.reshape(-1, hidden.shape[-1]),
             cache_loc=ctx_locs.reshape(-1),
@@ -454,13 +455,12 @@ class DDTreeWorker(DFlashWorkerV2):
             new_seq_lens=new_seq_lens,
         )
 
-    def _commit_hybrid_state(self, batch, seq_lens_pre, seq_lens_post, commit_lens, path) -> None:
+    def _commit_hybrid_state(self, batch, seq_lens_pre, seq_lens_post, commit_lens, path, last_row) -> None:
         """Commit each request's last accepted node's conv window and recurrent state.
 
         TARGET_VERIFY left one intermediate state per tree row; the one to keep is the row of the
         last accepted node (path[commit_len - 1]), not row commit_len - 1 as in a chain.
         """
-        last_row = last_accepted_row(path, commit_lens)
         steps_to_track = None
         if batch.mamba_track_indices is not None:
             interval = mamba_track_grid(batch.tree_cache.page_size)
