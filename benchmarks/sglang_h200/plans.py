@@ -12,6 +12,8 @@ rerun RESULTS_JSON: the grid's configurations that did not finish there, with ea
 q3-rest (lossless.py): the q3 pair's grid past what the 2026-12-01 run reached (it stopped after 8/1).
 graph+q3 (lossless.py): graph and q3-rest in one run (the lab pair's graphed DDTREE after a worker change, and
   the q3 grid).
+cost-prep (step_cost.py): the 4B-class step with the tree step graphed, beside it op by op (+eagerprep), with
+  profiles; then the lab pair's arms (2026-12-01).
 cost-rest (step_cost.py): what issue 12 still lacks with graphs on: the lab pair on its prompts (tok/s,
   the 1.15x bar) and the 1B-class hybrid, beside DFLASH with graphs.
 """

@@ -18,8 +18,9 @@ Outputs (static buffers, `rows` = C >= W = the tree's rows):
   sees itself, nobody sees a pad row (`padding.tree_custom_mask` puts the prefix before it);
 - `logits`: [L, V] the draft logits (read by DDTREE_TRACE).
 
-DDTREE_TREE_GRAPH=0 runs the same ops eagerly (a measurement switch; the server's own
---disable-cuda-graph does too).
+DDTREE_TREE_GRAPH=0 runs the same ops eagerly, here and in walk_commit.py (a measurement switch;
+the server's own --disable-cuda-graph does too). Measured on the H200 (4B-class hybrid, bs 1,
+2026-12-01): the graph took DDTREE 15/8 from 8.92 to 8.16 ms a step (DFLASH 7.21 in that run).
 """
 
 from __future__ import annotations
