@@ -14,8 +14,8 @@ graph+q3 (lossless.py): graph and q3-rest in one run (the lab pair's graphed DDT
   the q3 grid).
 cost-prep (step_cost.py): the 4B-class step with the tree step graphed, beside it op by op (+eagerprep), with
   profiles; then the lab pair's arms (2026-12-01).
-cost-rest (step_cost.py): what issue 12 still lacks with graphs on: the lab pair on its prompts (tok/s,
-  the 1.15x bar) and the 1B-class hybrid, beside DFLASH with graphs.
+cost-rest (step_cost.py): what issue 12 still lacks with graphs on: the lab pair on its prompts (tok/s, the 1.15x
+  bar) with the walk + commit graph (770e312; beside it op by op), and the 1B-class hybrid, beside DFLASH.
 """
 import json
 import sys
@@ -80,7 +80,7 @@ def q3_rest():
 
 def cost_rest():
     return [
-        {"model": "lab", "prompts": "lab", "arms": ["ar", "dflash", "ddtree-graph-15-8", "ddtree-graph-15-4", "ddtree-graph-31-8"]},
+        {"model": "lab", "prompts": "lab", "arms": ["dflash", "ddtree-graph-15-8", "ddtree-graph-15-8+eagerprep", "ddtree-graph-15-4"]},
         {"model": "q35-1b", "dummy": True, "arms": ["dflash", "ddtree-graph-15-8", "ddtree-graph-15-4", "ddtree-graph-31-8"]},
     ]
 

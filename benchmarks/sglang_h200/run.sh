@@ -3,6 +3,7 @@
 # Each configuration runs in its own process (sglang.Engine, input_ids in, ids out, T = 0);
 # every DDTREE / DFLASH output is compared with the same pair's AR output.
 #   [PAR=N] bash benchmarks/sglang_h200/run.sh BUNDLE_DIR OUT_DIR 'CONFIGS_JSON'      (lossless.py)
+# BUNDLE_DIR: the shared recipe's bundle, or that bundle packed by pack-bundle.sh (what fits a device call).
 #   SCRIPT=step_cost bash benchmarks/sglang_h200/run.sh BUNDLE_DIR OUT_DIR 'GROUPS_JSON'   (step_cost.py)
 # CONFIGS_JSON: [{"label": "lab ar", "pair": "lab"},
 #                {"label": "lab ddtree 15/8", "pair": "lab", "algo": "DDTREE",
@@ -13,7 +14,17 @@ BUNDLE=${1:?bundle dir}; OUT=${2:?out dir}; CONFIGS=${3:?configs json}
 SITE=${SITE:-/tmp/site}
 HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
 if [ ! -f "$SITE/.ok" ]; then
-  bash "${INSTALL:-$REPO/../shared/sglang-h200/install-on-gpu.sh}" "$BUNDLE" "$SITE"
+  INSTALL=${INSTALL:-$REPO/../shared/sglang-h200/install-on-gpu.sh}
+  if [ -f "$BUNDLE/sglang.tar.xz" ]; then
+    # A bundle packed by pack-bundle.sh: rebuild sglang's zip, use the install script that travelled with it.
+    unpacked=$(mktemp -d); tree=$(mktemp -d)
+    cp "$BUNDLE"/*.whl "$BUNDLE"/sgl_kernel-*.zip "$unpacked"/
+    tar xJf "$BUNDLE/sglang.tar.xz" -C "$tree"
+    python3 -c "import shutil, sys; shutil.make_archive(sys.argv[1], 'zip', sys.argv[2])" "$unpacked/sglang-0.5.23-pruned" "$tree"
+    [ -f "$INSTALL" ] || INSTALL=$BUNDLE/install-on-gpu.sh
+    BUNDLE=$unpacked
+  fi
+  bash "$INSTALL" "$BUNDLE" "$SITE"
   touch "$SITE/.ok"
 fi
 # The engine's entry point, as its wheel declares it (engine_patches/ddtree_engine/pyproject.toml).
