@@ -48,3 +48,53 @@ def test_the_log_line_adds_up(width, topk):
     per = extra_over_dflash(shape, width, 16, topk)
     assert f"+{per['extra'] * 49 / (1 << 30):.2f} GiB for DDTREE" in line
     assert f"{max(width, 16)} rows per request, 49 request slots" in line
+
+
+def _held_bytes(*objects) -> int:
+    """Bytes of the distinct tensor storages the objects hold (attributes, tuples and lists of them)."""
+    import torch
+
+    seen, total = set(), 0
+    for obj in objects:
+        for value in vars(obj).values():
+            items = value if isinstance(value, (tuple, list)) else (value,)
+            for item in items:
+                if isinstance(item, torch.Tensor) and item.untyped_storage().data_ptr() not in seen:
+                    seen.add(item.untyped_storage().data_ptr())
+                    total += item.untyped_storage().nbytes()
+    return total
+
+
+@pytest.mark.parametrize("budget,topk,rows", [(15, 8, 16), (8, 4, 16), (31, 8, 32), (1, 1, 16)])
+def test_tree_step_bytes_are_what_the_buffers_hold(budget, topk, rows):
+    """The startup line's per-request figure equals the storages TreeStep, TreePrep (one request, its
+    rows of the logits and hidden-state buffers) and WalkCommit allocate, on small real objects."""
+    pytest.importorskip("triton")
+    import torch
+
+    from ddtree_engine.kernels.tree_step import TreeStep
+    from ddtree_engine.sglang_plugin.memory import tree_step_bytes
+    from ddtree_engine.sglang_plugin.prep import TreePrep
+    from ddtree_engine.sglang_plugin.walk_commit import WalkCommit
+
+    depths, vocab, padded, hidden = 6, 50, 64, 12
+    weight = torch.zeros(padded, hidden, dtype=torch.bfloat16)
+    step = TreeStep(depths, vocab, budget, topk, "cpu")
+    logits = torch.empty(1, depths, padded, dtype=torch.bfloat16)
+    prep = TreePrep([step], weight, vocab, rows, logits, torch.zeros(1, depths, hidden, dtype=torch.bfloat16))
+    post = WalkCommit([step], rows, torch.zeros(2, 8, dtype=torch.int32), torch.int64)
+    held = _held_bytes(step, prep, post) - weight.untyped_storage().nbytes()
+    held -= post.req_to_token.untyped_storage().nbytes()  # SGLang's table, not the tree step's
+    want = tree_step_bytes(depths, padded, hidden, budget, topk, rows, head_bytes=2)
+    assert held == want["total"]
+    assert want["draft_logits"] == depths * padded * 2
+
+
+def test_tree_step_line_at_real_sizes():
+    from ddtree_engine.sglang_plugin.memory import describe_tree_step, tree_step_bytes
+
+    per = tree_step_bytes(15, 151_936, 2560, 15, 8, 16)
+    assert per["draft_logits"] == 15 * 151_936 * 2  # 4.35 MiB
+    assert per["draft_logits"] < per["total"] < per["draft_logits"] + 128 * 1024
+    line = describe_tree_step(15, 151_936, 2560, 15, 8, 16)
+    assert "4.4" in line and "[15, 151936]" in line and "one memory pool" in line

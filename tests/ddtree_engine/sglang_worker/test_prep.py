@@ -1,9 +1,12 @@
-"""TreePrep (the LM head, the tree and the verify's padded rows of one request, replayed as one CUDA
-graph) gives what the worker built op by op before it: the tree of TreeStep on hidden @ W.T,
+"""TreePrep (the LM head, the trees and the verify's padded rows of a batch, replayed as one CUDA
+graph) gives what the worker built op by op before it: one batched LM head, the trees of TreeStep,
 `padding.pad_tree`'s rows and `padding.tree_custom_mask`'s mask. On the CPU (Triton's interpreter)
-eagerly; on a GPU also through its graph, replayed on new inputs."""
+eagerly; a capture that fails leaves it eager with a warning; on a GPU also through its graph,
+replayed on new inputs, every capture in one shared pool."""
 
 from __future__ import annotations
+
+import logging
 
 import pytest
 import torch
@@ -13,7 +16,7 @@ pytest.importorskip("triton")  # tests/ddtree_engine/conftest.py set TRITON_INTE
 from ddtree_engine.kernels.tree_step import TreeStep  # noqa: E402
 from ddtree_engine.sglang_plugin import prep as prep_mod  # noqa: E402
 from ddtree_engine.sglang_plugin.padding import pad_tree, tree_custom_mask  # noqa: E402
-from ddtree_engine.sglang_plugin.prep import TreePrep, graphs_wanted, stacked, verify_mask  # noqa: E402
+from ddtree_engine.sglang_plugin.prep import Graphed, GraphPool, TreePrep, graphs_wanted, verify_mask  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DEPTHS, HIDDEN, VOCAB, PADDED_VOCAB = 5, 8, 40, 48
@@ -24,60 +27,62 @@ def weight(seed=0, device=DEVICE):
     return (torch.randn(PADDED_VOCAB, HIDDEN, generator=g) * 2).to(device)
 
 
-def hidden_states(seed, device=DEVICE):
+def hidden_states(bs, seed, device=DEVICE):
     g = torch.Generator().manual_seed(1000 + seed)
-    return torch.randn(DEPTHS, HIDDEN, generator=g).to(device)
+    return torch.randn(bs, DEPTHS, HIDDEN, generator=g).to(device)
 
 
-def op_by_op(w, hidden, root, prefix, budget, topk, rows):
-    """What the worker computed before TreePrep: logits, TreeStep, stack, pad_tree, tree_custom_mask."""
-    logits = torch.matmul(hidden, w.T)[:, :VOCAB]
-    step = TreeStep(DEPTHS, VOCAB, budget, topk, w.device)
-    step.build(logits, torch.tensor([root], device=w.device), torch.tensor([prefix], device=w.device))
-    tokens, _, depths, _, _, _ = step.tree
-    mask, _, _, first_child, next_sibling = step.compiled
-    v = pad_tree(tokens[None], depths[None], first_child[None], next_sibling[None], rows)
-    positions = prefix + v[1]
-    return (*v, positions), mask, logits
+def logits_buffer(bs, w):
+    return torch.empty(bs, DEPTHS, w.shape[0], dtype=w.dtype, device=w.device)
 
 
-@pytest.mark.parametrize("budget,topk,rows", [(6, 3, 7), (6, 3, 12), (9, 2, 16), (1, 1, 4), (12, 4, 13)])
-def test_one_request_matches_the_op_by_op_path(budget, topk, rows):
+def hidden_buffer(bs, w):
+    return torch.zeros(bs, DEPTHS, w.shape[1], dtype=w.dtype, device=w.device)
+
+
+def op_by_op(w, hidden, roots, prefixes, budget, topk, rows):
+    """What the worker computed before TreePrep: the batched LM head, TreeStep per request, stacks,
+    pad_tree and tree_custom_mask."""
+    logits = torch.matmul(hidden, w.T)[..., :VOCAB]
+    steps = []
+    for i, (root, prefix) in enumerate(zip(roots, prefixes)):
+        step = TreeStep(DEPTHS, VOCAB, budget, topk, w.device)
+        step.build(logits[i], torch.tensor([root], device=w.device), torch.tensor([prefix], device=w.device))
+        steps.append(step)
+    tokens, depths = torch.stack([s.tree[0] for s in steps]), torch.stack([s.tree[2] for s in steps])
+    first_child, next_sibling = torch.stack([s.compiled[3] for s in steps]), torch.stack([s.compiled[4] for s in steps])
+    v = pad_tree(tokens, depths, first_child, next_sibling, rows)
+    positions = torch.tensor(prefixes, device=w.device).unsqueeze(1) + v[1]
+    mask = tree_custom_mask([s.compiled[0] for s in steps], prefixes, rows)
+    return dict(tokens=v[0], depths=v[1], first_child=v[2], next_sibling=v[3], positions=positions), mask, logits
+
+
+@pytest.mark.parametrize("bs,budget,topk,rows", [(1, 6, 3, 7), (1, 6, 3, 12), (1, 9, 2, 16), (1, 1, 1, 4), (3, 12, 4, 13), (2, 6, 3, 9)])
+def test_a_batch_matches_the_op_by_op_path(bs, budget, topk, rows):
     w = weight()
-    step = TreeStep(DEPTHS, VOCAB, budget, topk, DEVICE)
-    prep = TreePrep(step, w, VOCAB, rows)
-    for seed, prefix in ((1, 7), (2, 30), (3, 0)):  # reused across steps: nothing stale survives
-        hidden, root = hidden_states(seed), 5 + seed
-        prep.run(hidden, torch.tensor([root], device=DEVICE), torch.tensor([prefix], dtype=torch.int32, device=DEVICE))
-        (tokens, depths, first_child, next_sibling, positions), mask, logits = op_by_op(w, hidden, root, prefix, budget, topk, rows)
-        for name, want in (("tokens", tokens), ("depths", depths), ("first_child", first_child),
-                           ("next_sibling", next_sibling), ("positions", positions)):
-            assert torch.equal(stacked([prep], name).cpu(), want.cpu()), f"seed {seed}: {name}"
-        assert torch.equal(prep.logits.cpu(), logits.cpu())
-        got = verify_mask([prep], [prefix])
-        assert torch.equal(got.cpu(), tree_custom_mask([mask], [prefix], rows).cpu()), f"seed {seed}: mask"
+    steps = [TreeStep(DEPTHS, VOCAB, budget, topk, DEVICE) for _ in range(bs)]
+    prep = TreePrep(steps, w, VOCAB, rows, logits_buffer(bs + 1, w), hidden_buffer(bs, w))
+    for seed in range(3):  # reused across steps: nothing stale survives
+        hidden = hidden_states(bs, seed)
+        roots = [5 + seed + 3 * i for i in range(bs)]
+        prefixes = [(7 + 11 * seed + 5 * i) % 40 for i in range(bs)]
+        prep.run(hidden, torch.tensor(roots, device=DEVICE), torch.tensor(prefixes, dtype=torch.int32, device=DEVICE))
+        want, mask, logits = op_by_op(w, hidden, roots, prefixes, budget, topk, rows)
+        for name, value in want.items():
+            assert torch.equal(getattr(prep, name).cpu(), value.cpu()), f"seed {seed}: {name}"
+        assert torch.equal(prep.logits[..., :VOCAB].cpu(), logits.cpu())
+        assert torch.equal(verify_mask(prep, prefixes).cpu(), mask.cpu()), f"seed {seed}: mask"
 
 
-def test_a_batch_lays_out_each_request_after_the_other():
+def test_fewer_rows_than_the_tree_or_a_short_buffer_are_refused():
     w = weight()
-    rows, prefixes = 10, [4, 9, 1]
-    preps, masks, want = [], [], []
-    for i, prefix in enumerate(prefixes):
-        prep = TreePrep(TreeStep(DEPTHS, VOCAB, 7, 3, DEVICE), w, VOCAB, rows)
-        prep.run(hidden_states(i), torch.tensor([2 + i], device=DEVICE), torch.tensor([prefix], device=DEVICE))
-        preps.append(prep)
-        arrays, mask, _ = op_by_op(w, hidden_states(i), 2 + i, prefix, 7, 3, rows)
-        masks.append(mask)
-        want.append(arrays)
-    assert torch.equal(verify_mask(preps, prefixes).cpu(), tree_custom_mask(masks, prefixes, rows).cpu())
-    got = stacked(preps, "tokens")
-    assert got.shape == (3, rows)
-    assert torch.equal(got.cpu(), torch.cat([a[0] for a in want]).cpu())
-
-
-def test_fewer_rows_than_the_tree_are_refused():
-    with pytest.raises(ValueError, match="rows >= the tree's width 8"):
-        TreePrep(TreeStep(DEPTHS, VOCAB, 7, 3, DEVICE), weight(), VOCAB, 7)
+    steps = [TreeStep(DEPTHS, VOCAB, 7, 3, DEVICE)]
+    with pytest.raises(ValueError, match="rows >= the trees' width 8"):
+        TreePrep(steps, w, VOCAB, 7, logits_buffer(1, w), hidden_buffer(1, w))
+    with pytest.raises(ValueError, match=r"logits buffer \[>= 2, 5, 48\]"):
+        TreePrep(steps * 2, w, VOCAB, 8, logits_buffer(1, w), hidden_buffer(2, w))
+    with pytest.raises(ValueError, match=r"hidden-state buffer \[>= 2, 5, 8\]"):
+        TreePrep(steps * 2, w, VOCAB, 8, logits_buffer(2, w), hidden_buffer(1, w))
 
 
 def test_graphs_only_on_cuda_with_graphs_on(monkeypatch):
@@ -89,22 +94,46 @@ def test_graphs_only_on_cuda_with_graphs_on(monkeypatch):
     assert not graphs_wanted(torch.device("cuda", 0), False)
 
 
+def test_a_failed_capture_runs_op_by_op_from_then_on(monkeypatch, caplog):
+    """A capture that raises (here: any) must not stop the server: this step and every later one
+    run eagerly, with one warning."""
+    calls = []
+    graphed = Graphed(lambda: calls.append(1), "cpu", graph=True, pool=None, what="the thing")
+    monkeypatch.setattr(graphed, "_capture", lambda: (_ for _ in ()).throw(RuntimeError("operation not permitted when stream is capturing")))
+    with caplog.at_level(logging.WARNING, logger=prep_mod.__name__):
+        graphed()
+        graphed()
+    assert calls == [1, 1] and not graphed.graph_wanted and graphed.graph is None
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "capturing the thing in a CUDA graph failed" in warnings[0]
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("budget,topk,rows", [(15, 8, 16), (8, 4, 16), (31, 8, 32)])
-def test_the_graph_replays_what_the_ops_give_on_new_inputs(budget, topk, rows):
-    """Real sizes (L 15, V 151,936, bf16): the captured prep equals an eager one, step after step."""
+def test_the_graphs_replay_what_the_ops_give_on_new_inputs(budget, topk, rows):
+    """Real sizes (L 15, V 151,936, bf16), batch sizes 1 and 3 captured into one pool and replayed
+    in turns: each equals an eager prep, step after step."""
     depths, hidden_size, vocab = 15, 256, 151_936
     g = torch.Generator().manual_seed(0)
     w = (torch.randn(vocab + 64, hidden_size, generator=g) * 0.05).to("cuda", torch.bfloat16)
-    graphed = TreePrep(TreeStep(depths, vocab, budget, topk, "cuda"), w, vocab, rows, graph=True)
-    eager = TreePrep(TreeStep(depths, vocab, budget, topk, "cuda"), w, vocab, rows, graph=False)
-    for seed in range(4):
-        hidden = (torch.randn(depths, hidden_size, generator=torch.Generator().manual_seed(seed)) * 4).to("cuda", torch.bfloat16)
-        root, prefix = torch.tensor([100 + seed], device="cuda"), torch.tensor([500 * seed], device="cuda")
-        graphed.run(hidden, root, prefix)
-        eager.run(hidden, root, prefix)
+    pool = GraphPool()
+    slots = [TreeStep(depths, vocab, budget, topk, "cuda") for _ in range(3)]
+    buf = torch.empty(3, depths, vocab + 64, dtype=torch.bfloat16, device="cuda")
+    hid = torch.zeros(3, depths, hidden_size, dtype=torch.bfloat16, device="cuda")
+    graphed = {bs: TreePrep(slots[:bs], w, vocab, rows, buf, hid, graph=True, pool=pool) for bs in (1, 3)}
+    eager_buf, eager_hid = torch.empty_like(buf), torch.zeros_like(hid)
+    eager = {bs: TreePrep([TreeStep(depths, vocab, budget, topk, "cuda") for _ in range(bs)], w, vocab, rows, eager_buf, eager_hid)
+             for bs in (1, 3)}
+    for seed in range(6):
+        bs = 1 if seed % 2 == 0 else 3
+        gen = torch.Generator().manual_seed(seed)
+        hidden = (torch.randn(bs, depths, hidden_size, generator=gen) * 4).to("cuda", torch.bfloat16)
+        roots = torch.arange(bs, device="cuda") + 100 + seed
+        prefixes = torch.arange(bs, device="cuda") * 7 + 500 * seed
+        graphed[bs].run(hidden, roots, prefixes)
+        eager[bs].run(hidden, roots, prefixes)
         torch.cuda.synchronize()
         for name in ("tokens", "depths", "first_child", "next_sibling", "positions", "block", "logits"):
-            assert torch.equal(getattr(graphed, name), getattr(eager, name)), f"step {seed}: {name}"
-    assert graphed._graph is not None
+            assert torch.equal(getattr(graphed[bs], name), getattr(eager[bs], name)), f"step {seed} bs {bs}: {name}"
+    assert all(p._run.graph is not None for p in graphed.values())

@@ -123,3 +123,43 @@ def shortfall_message(shape: GdnShape, *, budget: int, topk: int, width: int, bl
         f"Lower --speculative-ddtree-budget{hint}, lower --max-running-requests, or raise --mem-fraction-static. "
         f"SGLang said: {sglang_message}"
     )
+
+
+def tree_step_bytes(depths: int, padded_vocab: int, hidden: int, budget: int, topk: int, rows: int, head_bytes: int = 2) -> dict:
+    """Bytes per request slot of the tree step's static buffers (prep.py, walk_commit.py, TreeStep).
+
+    Args:
+        depths: L, the drafted depths; padded_vocab: V', the LM head's rows; hidden: H.
+        budget: the tree's nodes (N = budget + 1 rows); topk: K (min(topk, budget) candidates per depth).
+        rows: C, the verify's rows per request (>= N); head_bytes: the LM head's element size.
+
+    Returns:
+        {"draft_logits": bytes, "total": bytes}: the [L, V'] draft logits dominate. The graphs'
+        temporaries (the top-K pass's per-block keys, ~L * V' / 4096 * 64 bytes) come on top, once
+        for all batch sizes (one shared pool).
+    """
+    k = max(min(topk, budget), 1)
+    n = budget + 1
+    words = (n + 31) // 32
+    draft_logits = depths * padded_vocab * head_bytes
+    tree_step = (
+        depths * k * 16  # top-K log-probs (fp64) and ids
+        + 5 * n * 8 + 8  # tree: tokens, parents, depths, ranks, scores; num_nodes
+        + n * n + n * words * 4 + 3 * n * 8  # compiled: mask, packed mask, positions, first child, next sibling
+        + 2 * n * 8 + 16  # walked: path, emitted; commit length, bonus
+    )
+    prep = depths * hidden * head_bytes + 16 + 5 * rows * 8 + rows * rows  # hidden, root, prefix; rows; block
+    walk_commit = 2 * n * 8 + 16 + 2 * rows * 8  # choices, row ids; prefix, request; KV locations, drafter slots
+    total = draft_logits + tree_step + prep + walk_commit
+    return {"draft_logits": draft_logits, "total": total}
+
+
+def describe_tree_step(depths: int, padded_vocab: int, hidden: int, budget: int, topk: int, rows: int, head_bytes: int = 2) -> str:
+    """One log line: the tree step's buffers per request (the draft logits and hidden states are
+    allocated for the largest batch so far; each batch size met adds its own few KiB of index arrays)."""
+    per = tree_step_bytes(depths, padded_vocab, hidden, budget, topk, rows, head_bytes)
+    return (
+        f"DDTREE tree step: {per['total'] / MIB:.2f} MiB per request in a batch ({per['draft_logits'] / MIB:.2f} MiB of it "
+        f"the draft logits [{depths}, {padded_vocab}]), allocated for the largest batch so far; its CUDA graphs "
+        f"share one memory pool"
+    )

@@ -1,142 +1,196 @@
-"""One request's tree, from the drafter's hidden states to the verify's padded rows, in one replay.
+"""A batch's trees, from the drafter's hidden states to the verify's padded rows, in one replay.
 
 Pure torch and this project's kernels (no sglang), so it is tested on the CPU:
 tests/ddtree_engine/sglang_worker/test_prep.py.
 
 Between the drafter's forward and the target's verify, a DDTREE step does on the host what a
-DFLASH step does inside its drafter's CUDA graph: the LM head over the drafted depths, then the
-tree (top-K, build, compile), then the verify's per-row arrays padded to the graph width. Launched
-op by op that is ~30 launches (4 Triton kernels, torch allocations, stacks and concatenations)
-while the GPU waits for the verify; `TreePrep` captures them once per request slot in a CUDA graph
-and replays it: the host copies the hidden states, the root and the prefix length into static
-buffers and launches one graph.
+DFLASH step does inside its drafter's CUDA graph: the LM head over the drafted depths (one matmul
+for the batch), then per request the tree (top-K, build, compile), then the verify's per-row
+arrays padded to the graph width. Launched op by op that is ~30 launches per request (4 Triton
+kernels, torch allocations, stacks and concatenations) while the GPU waits for the verify;
+`TreePrep` captures them once per (batch size, rows) in a CUDA graph and replays it: the host
+copies the hidden states, the roots and the prefix lengths into static buffers and launches one
+graph. Measured on the H200 (4B-class hybrid, bs 1, 2026-12-01, the per-request form of this
+class): DDTREE 15/8 went from 8.92 to 8.16 ms a step (DFLASH 7.21 in that run).
 
-Outputs (static buffers, `rows` = C >= W = the tree's rows):
-- `tokens`, `depths`, `first_child`, `next_sibling`, `positions`: [C] int64, as `padding.pad_tree`
-  gives them (pad rows: the root's token, depth 0, no links) and positions prefix + depth;
-- `block`: [C, C] bool, the rows' mask among themselves: tree rows see their ancestors, a pad row
-  sees itself, nobody sees a pad row (`padding.tree_custom_mask` puts the prefix before it);
-- `logits`: [L, V] the draft logits (read by DDTREE_TRACE).
+Outputs (static buffers, `rows` = C >= W = the trees' rows, bs requests):
+- `tokens`, `depths`, `first_child`, `next_sibling`, `positions`: [bs, C] int64, as
+  `padding.pad_tree` gives them (pad rows: the root's token, depth 0, no links) and positions
+  prefix + depth;
+- `block`: [bs, C, C] bool, the rows' mask among themselves: tree rows see their ancestors, a pad
+  row sees itself, nobody sees a pad row (`verify_mask` puts the prefix before it);
+- `logits`: [bs, L, V'] the draft logits (a view of the caller's buffer; read by DDTREE_TRACE).
 
-DDTREE_TREE_GRAPH=0 runs the same ops eagerly, here and in walk_commit.py (a measurement switch;
-the server's own --disable-cuda-graph does too). Measured on the H200 (4B-class hybrid, bs 1,
-2026-12-01): the graph took DDTREE 15/8 from 8.92 to 8.16 ms a step (DFLASH 7.21 in that run).
+Graphs: every capture goes into one memory pool the caller passes (`GraphPool`), so the graphs of
+all batch sizes share their temporaries (they replay one after another on one stream; what must
+outlive a replay is a static buffer or a tensor the class holds), and a failed capture leaves the
+class eager for good with a warning instead of stopping the server (SGLang's own captures while
+serving do the same). DDTREE_TREE_GRAPH=0 runs the same ops eagerly, here and in walk_commit.py
+(a measurement switch; the server's own --disable-cuda-graph does too).
 """
 
 from __future__ import annotations
 
+import logging
 import os
+from typing import Callable
 
 import torch
 
 from ..kernels.tree_step import TreeStep
 
 GRAPH_ENV = "DDTREE_TREE_GRAPH"
+logger = logging.getLogger(__name__)
 
 
 def graphs_wanted(device: torch.device, disable_cuda_graph: bool) -> bool:
-    """Whether a TreePrep on `device` replays a CUDA graph (CUDA, graphs on, not switched off)."""
+    """Whether the tree step on `device` replays CUDA graphs (CUDA, graphs on, not switched off)."""
     if device.type != "cuda" or disable_cuda_graph:
         return False
     return os.environ.get(GRAPH_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-class TreePrep:
-    """Static buffers and the (optionally graphed) ops of one request slot's tree step.
+class GraphPool:
+    """One CUDA-graph memory pool for every capture of a worker, made on first use."""
+
+    def __init__(self):
+        self._handle = None
+
+    def handle(self):
+        if self._handle is None:
+            self._handle = torch.cuda.graph_pool_handle()
+        return self._handle
+
+
+class Graphed:
+    """Run `ops` eagerly, or capture it once (after a warm-up) and replay it.
 
     Args:
-        step: the slot's TreeStep (its `num_rows` is W).
-        lm_weight: [V', H] the target's LM head (V' >= vocab, padded vocabularies allowed).
-        vocab: V, the logits' columns the tree reads.
-        rows: C, the verify's rows per request (W <= C).
-        graph: capture a CUDA graph on the first call and replay it after.
+        ops: the callable to run; it reads and writes only tensors that outlive the call.
+        device: its CUDA device, when `graph`.
+        graph: capture and replay (else eager every time).
+        pool: the GraphPool the capture allocates from (None: a private pool).
+        what: named in the warning if the capture fails.
     """
 
-    def __init__(self, step: TreeStep, lm_weight: torch.Tensor, vocab: int, rows: int, graph: bool = False):
-        width = step.num_rows
+    def __init__(self, ops: Callable[[], None], device: torch.device, graph: bool, pool: GraphPool | None, what: str):
+        self.ops, self.device, self.graph_wanted, self.pool, self.what = ops, torch.device(device), graph, pool, what
+        self.graph: torch.cuda.CUDAGraph | None = None
+
+    def __call__(self) -> None:
+        if not self.graph_wanted:
+            self.ops()
+            return
+        if self.graph is None:
+            try:
+                self._capture()
+            except Exception as exc:  # noqa: BLE001 - any capture failure: stay eager, keep serving
+                logger.warning("DDTREE: capturing %s in a CUDA graph failed (%s); it runs op by op from now on", self.what, exc)
+                self.graph_wanted, self.graph = False, None
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize(self.device)
+                self.ops()
+                return
+        self.graph.replay()
+
+    def _capture(self) -> None:
+        # Warm up on a side stream (Triton compiles, cuBLAS picks its kernels), then capture; the
+        # caller's replay right after gives this step's result (a capture executes nothing).
+        # thread_local: CUDA calls of the server's other host threads do not break the capture.
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            self.ops()
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        pool = self.pool.handle() if self.pool is not None else None
+        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+            self.ops()
+        self.graph = graph
+
+
+class TreePrep:
+    """Static buffers and the (optionally graphed) ops of a batch's tree step.
+
+    Args:
+        steps: the requests' TreeSteps, in batch order (each's `num_rows` is W).
+        lm_weight: [V', H] the target's LM head (V' >= vocab, padded vocabularies allowed).
+        vocab: V, the logits' columns the trees read.
+        rows: C, the verify's rows per request (W <= C).
+        logits: [>= bs, L, V'] a buffer in the head's dtype for the draft logits, and
+        hidden: [>= bs, L, H] one for the drafter's hidden states (both shared by the preps of all
+            batch sizes: they run one after another).
+        graph: capture a CUDA graph on the first call and replay it after.
+        pool: the GraphPool captures allocate from.
+    """
+
+    def __init__(self, steps: list[TreeStep], lm_weight: torch.Tensor, vocab: int, rows: int, logits: torch.Tensor,
+                 hidden: torch.Tensor, graph: bool = False, pool: GraphPool | None = None):
+        bs, width, depths = len(steps), steps[0].num_rows, steps[0].depths
         if rows < width:
-            raise ValueError(f"expected rows >= the tree's width {width}, got {rows}")
-        device = step.device
-        self.step, self.weight, self.vocab, self.rows, self.width = step, lm_weight, vocab, rows, width
-        self.graph_wanted = graph
-        self._graph: torch.cuda.CUDAGraph | None = None
+            raise ValueError(f"expected rows >= the trees' width {width}, got {rows}")
+        if logits.shape[0] < bs or tuple(logits.shape[1:]) != (depths, lm_weight.shape[0]) or logits.dtype != lm_weight.dtype:
+            raise ValueError(f"expected a logits buffer [>= {bs}, {depths}, {lm_weight.shape[0]}] {lm_weight.dtype}, "
+                             f"got {tuple(logits.shape)} {logits.dtype}")
+        if hidden.shape[0] < bs or tuple(hidden.shape[1:]) != (depths, lm_weight.shape[1]) or hidden.dtype != lm_weight.dtype:
+            raise ValueError(f"expected a hidden-state buffer [>= {bs}, {depths}, {lm_weight.shape[1]}] {lm_weight.dtype}, "
+                             f"got {tuple(hidden.shape)} {hidden.dtype}")
+        device = steps[0].device
+        self.steps, self.weight, self.vocab, self.rows, self.width = steps, lm_weight, vocab, rows, width
+        self.weight_ptr = lm_weight.data_ptr()
         long = dict(dtype=torch.int64, device=device)
-        self.hidden = torch.zeros(step.depths, lm_weight.shape[1], dtype=lm_weight.dtype, device=device)
-        self.root = torch.zeros(1, **long)
-        self.prefix = torch.zeros(1, **long)
-        self.tokens = torch.zeros(rows, **long)
-        self.depths = torch.zeros(rows, **long)  # pad rows stay at depth 0
-        self.first_child = torch.full((rows,), -1, **long)  # pad rows stay without links
-        self.next_sibling = torch.full((rows,), -1, **long)
-        self.positions = torch.zeros(rows, **long)
-        self.block = torch.zeros(rows, rows, dtype=torch.bool, device=device)
+        self.hidden = hidden[:bs]
+        self.root = torch.zeros(bs, 1, **long)
+        self.prefix = torch.zeros(bs, 1, **long)
+        self.logits = logits[:bs]
+        self.tokens = torch.zeros(bs, rows, **long)
+        self.depths = torch.zeros(bs, rows, **long)  # pad rows stay at depth 0
+        self.first_child = torch.full((bs, rows), -1, **long)  # pad rows stay without links
+        self.next_sibling = torch.full((bs, rows), -1, **long)
+        self.positions = torch.zeros(bs, rows, **long)
+        self.block = torch.zeros(bs, rows, rows, dtype=torch.bool, device=device)
         pad = torch.arange(width, rows, device=device)
-        self.block[pad, pad] = True  # a pad row sees itself (and the prefix); the tree part is copied in
-        self.logits: torch.Tensor | None = None
+        self.block[:, pad, pad] = True  # a pad row sees itself (and the prefix); the tree part is copied in
+        self._run = Graphed(self._ops, device, graph, pool, f"the tree step (bs {bs}, {rows} rows)")
+
+    @property
+    def graph_wanted(self) -> bool:
+        return self._run.graph_wanted
 
     def _ops(self) -> None:
-        w = self.width
-        logits = torch.matmul(self.hidden, self.weight.T)[:, : self.vocab]
-        self.logits = logits
-        step = self.step
-        step.build(logits, self.root, self.prefix)
-        tokens, _, depths, _, _, _ = step.tree
-        mask, _, positions, first_child, next_sibling = step.compiled
-        self.tokens[:w].copy_(tokens)
-        self.tokens[w:].copy_(self.root.expand(self.rows - w))
-        self.depths[:w].copy_(depths)
-        self.first_child[:w].copy_(first_child)
-        self.next_sibling[:w].copy_(next_sibling)
-        self.positions[:w].copy_(positions)
-        self.positions[w:].copy_(self.prefix.expand(self.rows - w))
-        self.block[:w, :w].copy_(mask)
+        w, steps = self.width, self.steps
+        torch.matmul(self.hidden, self.weight.T, out=self.logits)
+        for i, step in enumerate(steps):
+            step.build(self.logits[i, :, : self.vocab], self.root[i], self.prefix[i])
+        self.tokens[:, :w].copy_(torch.stack([s.tree[0] for s in steps]))
+        self.tokens[:, w:].copy_(self.root.expand(-1, self.rows - w))
+        self.depths[:, :w].copy_(torch.stack([s.tree[2] for s in steps]))
+        self.first_child[:, :w].copy_(torch.stack([s.compiled[3] for s in steps]))
+        self.next_sibling[:, :w].copy_(torch.stack([s.compiled[4] for s in steps]))
+        self.positions[:, :w].copy_(torch.stack([s.compiled[2] for s in steps]))
+        self.positions[:, w:].copy_(self.prefix.expand(-1, self.rows - w))
+        self.block[:, :w, :w].copy_(torch.stack([s.compiled[0] for s in steps]))
 
-    def run(self, hidden: torch.Tensor, root: torch.Tensor, prefix_len: torch.Tensor) -> None:
+    def run(self, hidden: torch.Tensor, roots: torch.Tensor, prefix_lens: torch.Tensor) -> None:
         """Fill the outputs for this step.
 
         Args:
-            hidden: [L, H] the drafter's hidden states at depths 1..L.
-            root: [1] the root (bonus) token; prefix_len: [1] its position. Any integer dtype.
+            hidden: [bs, L, H] the drafter's hidden states at depths 1..L.
+            roots: [bs] the root (bonus) tokens; prefix_lens: [bs] their positions. Any integer dtype.
         """
         self.hidden.copy_(hidden)
-        self.root.copy_(root)
-        self.prefix.copy_(prefix_len)
-        if not self.graph_wanted:
-            self._ops()
-            return
-        if self._graph is None:
-            self._capture()
-        self._graph.replay()
-
-    def _capture(self) -> None:
-        # Warm up on a side stream (Triton compiles, cuBLAS picks its kernels), then capture. The
-        # buffers already hold this step's inputs, so the capture's own run is this step's result.
-        # thread_local: CUDA calls of other host threads of the server do not break the capture.
-        side = torch.cuda.Stream(self.hidden.device)
-        side.wait_stream(torch.cuda.current_stream(self.hidden.device))
-        with torch.cuda.stream(side):
-            self._ops()
-        torch.cuda.current_stream(self.hidden.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            self._ops()
-        self._graph = graph
+        self.root.copy_(roots.view(-1, 1))
+        self.prefix.copy_(prefix_lens.view(-1, 1))
+        self._run()
 
 
-def verify_mask(preps: list[TreePrep], prefix_lens: list[int]) -> torch.Tensor:
+def verify_mask(prep: TreePrep, prefix_lens: list[int]) -> torch.Tensor:
     """SGLang's flat TARGET_VERIFY custom mask: per request [C, prefix + C], the prefix all True.
 
-    The same layout as `padding.tree_custom_mask`, from the preps' `block`s.
+    The same layout as `padding.tree_custom_mask`, from the prep's `block`.
     """
     parts = []
-    for prep, prefix in zip(preps, prefix_lens):
+    for i, prefix in enumerate(prefix_lens):
         seen = torch.ones((prep.rows, prefix), dtype=torch.bool, device=prep.block.device)
-        parts.append(torch.cat([seen, prep.block], dim=1).reshape(-1))
+        parts.append(torch.cat([seen, prep.block[i]], dim=1).reshape(-1))
     return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-
-def stacked(preps: list[TreePrep], name: str) -> torch.Tensor:
-    """[bs, C] of one output across the batch (a view, no copy, for one request)."""
-    if len(preps) == 1:
-        return getattr(preps[0], name).unsqueeze(0)
-    return torch.stack([getattr(p, name) for p in preps])

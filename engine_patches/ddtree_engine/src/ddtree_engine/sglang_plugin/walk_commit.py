@@ -24,6 +24,7 @@ import torch
 
 from ..kernels.tree_step import TreeStep
 from .commit import last_accepted_row, window_order
+from .prep import GraphPool, Graphed
 
 
 class WalkCommit:
@@ -35,17 +36,18 @@ class WalkCommit:
         rows: C, the verify's rows per request (>= W, the trees' rows).
         req_to_token: SGLang's [slots, max_len] request-to-KV-slot table (written in place).
         seq_dtype: the dtype of the batch's prefix lengths.
-        graph: capture a CUDA graph on the first call and replay it after.
+        graph: capture a CUDA graph on the first call and replay it after (prep.Graphed: a failed
+            capture leaves it eager).
+        pool: the GraphPool captures allocate from (shared with the tree step's).
     """
 
-    def __init__(self, steps: list[TreeStep], rows: int, req_to_token: torch.Tensor, seq_dtype: torch.dtype, graph: bool = False):
+    def __init__(self, steps: list[TreeStep], rows: int, req_to_token: torch.Tensor, seq_dtype: torch.dtype,
+                 graph: bool = False, pool: GraphPool | None = None):
         bs, width = len(steps), steps[0].num_rows
         if rows < width:
             raise ValueError(f"expected rows >= the trees' width {width}, got {rows}")
         device = steps[0].device
         self.steps, self.rows, self.width, self.req_to_token = steps, rows, width, req_to_token
-        self.graph_wanted = graph
-        self._graph: torch.cuda.CUDAGraph | None = None
         long = dict(dtype=torch.int64, device=device)
         self.choice = torch.zeros(bs, width, **long)
         self.prefix = torch.zeros(bs, dtype=seq_dtype, device=device)
@@ -53,6 +55,11 @@ class WalkCommit:
         self.locs = torch.zeros(bs, rows, **long)
         self.write_ids = torch.zeros(bs, rows, **long)
         self.idx = torch.arange(width, **long)
+        self._run = Graphed(self._ops, device, graph, pool, f"the walk and commit (bs {bs}, {rows} rows)")
+
+    @property
+    def graph_wanted(self) -> bool:
+        return self._run.graph_wanted
 
     def _ops(self) -> None:
         steps, width = self.steps, self.width
@@ -90,23 +97,5 @@ class WalkCommit:
         self.req.copy_(req_pool_indices)
         self.locs.copy_(verify_locs.view(self.locs.shape))
         self.write_ids.copy_(write_ids.view(self.write_ids.shape))
-        if not self.graph_wanted:
-            self._ops()
-            return
-        if self._graph is None:
-            self._capture()
-        self._graph.replay()
-
-    def _capture(self) -> None:
-        # As prep.TreePrep: warm up on a side stream, capture, then `run` replays for this step.
-        # The warm-up's writes to req_to_token are the replay's own (the window comes from the inputs).
-        device = self.choice.device
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
-            self._ops()
-        torch.cuda.current_stream(device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            self._ops()
-        self._graph = graph
+        # The warm-up before a capture writes req_to_token too: the same window, from the same inputs.
+        self._run()

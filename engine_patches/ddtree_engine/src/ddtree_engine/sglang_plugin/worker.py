@@ -8,7 +8,8 @@ replaces the decode step. One step, per request:
 2. Tree: this project's TreeStep (top-K log-probs, best-first build of `budget` prefixes,
    ancestor mask, first-child / next-sibling links) on the device, with the LM head before it and
    the verify's padded rows after it: one CUDA-graph replay per request when graphs are on
-   (prep.py), not ~30 launches while the GPU waits for the verify.
+   (prep.py: one replay per batch size when graphs are on), not ~30 launches a request while the
+   GPU waits for the verify.
 3. Verify: the target runs the W = nodes + 1 tree rows in TARGET_VERIFY mode with the tree as
    its custom attention mask (the prefix fully visible) and, on hybrid models, with the
    first-child / next-sibling links SGLang's GDN kernels use to take every node's conv window
@@ -64,10 +65,10 @@ from sglang.srt.speculative.spec_utils import draft_pp_context, draft_tp_context
 from ..kernels.tree_step import TreeStep
 from . import graph_runner
 from .commit import flattened_links
-from .memory import GdnShape, describe
+from .memory import GdnShape, describe, describe_tree_step
 from .metrics import StepMetrics
 from .padding import pad_tree, verify_rows
-from .prep import TreePrep, graphs_wanted, stacked, verify_mask
+from .prep import GraphPool, TreePrep, graphs_wanted, verify_mask
 from .walk_commit import WalkCommit
 from .tree_shape import max_tree_nodes
 
@@ -125,8 +126,13 @@ class DDTreeWorker(DFlashWorkerV2):
         self.speculative_num_draft_tokens = self.verify_width
         self.vocab_size = int(self.model_runner.model_config.vocab_size)
         self._tree_steps: list[TreeStep] = []
+        # The tree step's and the walk + commit's graphs, per (batch size, rows): one memory pool for
+        # all of them, one draft-logits and one hidden-state buffer for the largest batch so far (prep.py).
         self._preps: dict[tuple[int, int], TreePrep] = {}
         self._posts: dict[tuple, WalkCommit] = {}
+        self._graph_pool = GraphPool()
+        self._draft_logits_buf: torch.Tensor | None = None
+        self._draft_hidden_buf: torch.Tensor | None = None
         self._prep_graphs = graphs_wanted(torch.device(self.device), bool(getattr(server_args, "disable_cuda_graph", False)))
         self._trace_path = os.environ.get(TRACE_ENV) or None
         self._metrics = StepMetrics(self.budget, self.nodes)
@@ -164,7 +170,16 @@ class DDTreeWorker(DFlashWorkerV2):
             raise ValueError("DDTREE does not support " + "; ".join(problems))
 
     def _log_memory(self) -> None:
-        """Log the verify states this width holds on a hybrid target, next to DFLASH's (memory.py)."""
+        """Log the tree step's buffers per request and, on a hybrid target, the verify states this
+        width holds next to DFLASH's (memory.py)."""
+        try:
+            weight = unwrap_lora_layer(getattr(self.target_worker.model_runner.model, "lm_head", None)).weight
+            logger.info("%s", describe_tree_step(
+                self.depths, int(weight.shape[0]), int(weight.shape[1]), self.nodes, self.topk,
+                max(self.block_size, self.verify_width), weight.element_size(),
+            ))
+        except Exception as exc:  # a head this release lays out otherwise: say so, do not stop the server
+            logger.info("DDTREE tree-step memory: not determined (%s)", exc)
         if not self._need_mamba_verify_commit:
             return
         try:
@@ -247,13 +262,26 @@ class DDTreeWorker(DFlashWorkerV2):
             )
         return self._tree_steps[i]
 
-    def _prep(self, i: int, rows: int) -> TreePrep:
-        """Request slot i's tree prep at `rows` verify rows (prep.py), made on first use."""
-        prep = self._preps.get((i, rows))
+    def _prep(self, bs: int, rows: int) -> TreePrep:
+        """The tree step of a batch of `bs` requests at `rows` verify rows (prep.py), made on first use.
+
+        A batch larger than any before gets larger draft-logits and hidden-state buffers, and every
+        prep (whose graph holds the old ones) is made again; so is every prep after the LM head's storage moved (a
+        weight update): a graph would replay the old address.
+        """
+        weight = unwrap_lora_layer(getattr(self.target_worker.model_runner.model, "lm_head", None)).weight
+        buf = self._draft_logits_buf
+        if buf is None or buf.shape[0] < bs or any(p.weight_ptr != weight.data_ptr() for p in self._preps.values()):
+            size = max(bs, 0 if buf is None else buf.shape[0])
+            buf = torch.empty(size, self.depths, weight.shape[0], dtype=weight.dtype, device=self.device)
+            self._draft_logits_buf = buf
+            self._draft_hidden_buf = torch.zeros(size, self.depths, weight.shape[1], dtype=weight.dtype, device=self.device)
+            self._preps.clear()
+        prep = self._preps.get((bs, rows))
         if prep is None:
-            lm_head = unwrap_lora_layer(getattr(self.target_worker.model_runner.model, "lm_head", None))
-            prep = TreePrep(self._tree_step(i), lm_head.weight, self.vocab_size, rows, graph=self._prep_graphs)
-            self._preps[(i, rows)] = prep
+            steps = [self._tree_step(i) for i in range(bs)]
+            prep = TreePrep(steps, weight, self.vocab_size, rows, buf, self._draft_hidden_buf, graph=self._prep_graphs, pool=self._graph_pool)
+            self._preps[(bs, rows)] = prep
         return prep
 
     def _walk_commit(self, steps: list[TreeStep], rows: int, seq_dtype: torch.dtype) -> WalkCommit:
@@ -262,7 +290,7 @@ class DDTreeWorker(DFlashWorkerV2):
         post = self._posts.get(key)
         if post is None:
             req_to_token = self.model_runner.req_to_token_pool.req_to_token
-            post = WalkCommit(steps, rows, req_to_token, seq_dtype, graph=self._prep_graphs)
+            post = WalkCommit(steps, rows, req_to_token, seq_dtype, graph=self._prep_graphs, pool=self._graph_pool)
             self._posts[key] = post
         return post
 
@@ -336,15 +364,14 @@ class DDTreeWorker(DFlashWorkerV2):
             seq_lens_cpu = prefix_lens.to("cpu", torch.int64)
 
         # 1-2. Draft hidden states, then per request the LM head, the tree and its padded verify rows
-        # on the device (prep.py: one CUDA-graph replay per request when graphs are on).
+        # on the device (prep.py: one CUDA-graph replay per batch size when graphs are on).
         draft_hidden = self._draft_hidden(batch, draft_input, bs, prefix_lens, seq_lens_cpu)
         roots = draft_input.bonus_tokens.view(-1)
-        preps = [self._prep(i, rows) for i in range(bs)]
-        for i, prep in enumerate(preps):
-            prep.run(draft_hidden[i], roots[i : i + 1], prefix_lens[i : i + 1])
-        steps = [prep.step for prep in preps]
-        v_tokens = stacked(preps, "tokens")  # [bs, rows]: the W tree rows, then pad rows
-        v_first_child, v_next_sibling = stacked(preps, "first_child"), stacked(preps, "next_sibling")
+        prep = self._prep(bs, rows)
+        prep.run(draft_hidden, roots, prefix_lens)
+        steps = prep.steps
+        v_tokens = prep.tokens  # [bs, rows]: the W tree rows, then pad rows
+        v_first_child, v_next_sibling = prep.first_child, prep.next_sibling
         if self.hybrid_mode == "unsafe":
             # Diagnosis only (behind --speculative-ddtree-allow-hybrid-unsafe): GDN states in flattened order.
             first_child, next_sibling = flattened_links(bs, width, device)
@@ -354,7 +381,7 @@ class DDTreeWorker(DFlashWorkerV2):
 
         # 3. Verify the tree rows (then any pad rows): positions prefix + depth, KV into the
         # window's first `rows` slots (SGLang reserved max(block, budget + 1) >= rows).
-        positions = stacked(preps, "positions").reshape(-1)
+        positions = prep.positions.reshape(-1)
         req_to_token = self.model_runner.req_to_token_pool.req_to_token
         verify_locs = assign_extend_cache_locs_func(
             req_pool_indices=batch.req_pool_indices,
@@ -366,7 +393,7 @@ class DDTreeWorker(DFlashWorkerV2):
             device=device,
         )
         # SGLang's custom mask: per request [rows, prefix + rows] row-major, True = may attend.
-        custom_mask = verify_mask(preps, [int(n) for n in seq_lens_cpu])
+        custom_mask = verify_mask(prep, [int(n) for n in seq_lens_cpu])
         plan = self.target_worker.model_runner.kv_index_translator.plan(
             req_pool_indices=batch.req_pool_indices,
             seq_lens=prefix_lens,
@@ -439,7 +466,7 @@ class DDTreeWorker(DFlashWorkerV2):
         if line is not None:
             logger.info("%s", line)
         if self._trace_path:
-            draft_logits = torch.stack([prep.logits for prep in preps])
+            draft_logits = prep.logits[..., : self.vocab_size]
             tokens = torch.stack([s.tree[0] for s in steps])
             parents = torch.stack([s.tree[1] for s in steps])
             self._trace(prefix_lens, draft_logits, tokens, parents, choice, path, commit_lens, target_out.can_run_cuda_graph)
