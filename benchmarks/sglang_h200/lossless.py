@@ -5,7 +5,8 @@ process with its own sglang.Engine; DDTREE records are built from the plugin's S
 class SGLang's REPLACE hook installs). Settings common to all (the shared recipe's limits):
 Triton attention, page size 1, radix cache off, CUDA graphs off, bf16.
     [PAR=N] python lossless.py MODELS_DIR OUT_JSON CONFIGS_JSON   (N configurations at once)
-A configuration's "trace": true records the DDTREE worker's per-step trace (DDTREE_TRACE).
+A configuration's "trace": true records the DDTREE worker's per-step trace (DDTREE_TRACE); "batch": true sends
+all its prompts in one call (SGLang decodes them together) and compares with the pair's batched AR.
 """
 import json, os, subprocess, sys, time
 
@@ -15,6 +16,7 @@ import json, os, sys, time
 cfg = json.loads(sys.argv[1])
 prompts = json.loads(open(cfg.pop("prompts")).read())
 max_new = cfg.pop("max_new", 48)
+batch = cfg.pop("batch", False)
 import sglang as sgl
 t0 = time.time()
 if cfg.get("speculative_algorithm") == "DDTREE":
@@ -27,11 +29,18 @@ else:
     eng = sgl.Engine(**cfg)
 load_s = time.time() - t0
 res = []
-for p in prompts:
-    t = time.time()
-    o = eng.generate(input_ids=p["prompt_ids"], sampling_params={"temperature": 0, "max_new_tokens": max_new})
+def record(p, o, s):
     m = o["meta_info"]
-    res.append({"name": p["name"], "ids": o["output_ids"], "meta": {k: v for k, v in m.items() if isinstance(v, (int, float, str))}, "s": time.time() - t})
+    res.append({"name": p["name"], "ids": o["output_ids"], "meta": {k: v for k, v in m.items() if isinstance(v, (int, float, str))}, "s": s})
+if batch:  # every prompt in one call: SGLang decodes them together (batch size up to the prompt count)
+    t = time.time()
+    outs = eng.generate(input_ids=[p["prompt_ids"] for p in prompts], sampling_params={"temperature": 0, "max_new_tokens": max_new})
+    for p, o in zip(prompts, outs):
+        record(p, o, time.time() - t)
+else:
+    for p in prompts:
+        t = time.time()
+        record(p, eng.generate(input_ids=p["prompt_ids"], sampling_params={"temperature": 0, "max_new_tokens": max_new}), time.time() - t)
 eng.shutdown()
 print("RESULT " + json.dumps({"load_s": load_s, "res": res}))
 '''
@@ -50,7 +59,8 @@ START = threading.Lock()
 
 def run_one(c):
     label, pair, algo = c["label"], c["pair"], c.get("algo")
-    cfg = dict(common, model_path=f"{MODELS}/{pair}/target", prompts=f"{MODELS}/{pair}_prompts.json", max_new=c.get("max_new", 48))
+    cfg = dict(common, model_path=f"{MODELS}/{pair}/target", prompts=f"{MODELS}/{pair}_prompts.json", max_new=c.get("max_new", 48),
+               batch=c.get("batch", False))
     if PAR > 1:
         cfg["mem_fraction_static"] = round(0.8 / PAR, 3)
     cfg.update(c.get("extra", {}))
@@ -107,8 +117,9 @@ with ThreadPoolExecutor(max_workers=PAR) as pool:
 for out in results:
     pair = out["cfg"]["pair"]
     dtype = out["cfg"].get("extra", {}).get("dtype")
+    # The reference: the pair's AR at the same dtype and batching (a batch's GEMMs may round differently).
     ref = next((x for x in results if x["cfg"]["pair"] == pair and not x["cfg"].get("algo") and "res" in x
-                and x["cfg"].get("extra", {}).get("dtype") == dtype), None)
+                and x["cfg"].get("extra", {}).get("dtype") == dtype and x["cfg"].get("batch", False) == out["cfg"].get("batch", False)), None)
     if ref and "res" in out and out is not ref:
         out["same_as_ar"] = [a["ids"] == b["ids"] for a, b in zip(ref["res"], out["res"])]
         out["verify_ct"] = [x["meta"].get("spec_verify_ct") for x in out["res"]]

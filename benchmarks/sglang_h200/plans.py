@@ -12,6 +12,9 @@ rerun RESULTS_JSON: the grid's configurations that did not finish there, with ea
 q3-rest (lossless.py): the q3 pair's grid past what the 2026-12-01 run reached (it stopped after 8/1).
 graph+q3 (lossless.py): graph and q3-rest in one run (the lab pair's graphed DDTREE after a worker change, and
   the q3 grid).
+batch (lossless.py): the lab pair's 8 prompts in one call (batch sizes up to 8) with CUDA graphs: AR, DFLASH and
+  DDTREE 8/4, 15/8, 32/8 (the batched tree step and walk + commit graphs), each against the batched AR.
+next: what the next device session runs first, in one call: `graph` and `batch` together (lossless.py).
 cost-prep (step_cost.py): the 4B-class step with the tree step graphed, beside it op by op (+eagerprep), with
   profiles; then the lab pair's arms (2026-12-01).
 cost-rest (step_cost.py): what issue 12 still lacks with graphs on: the lab pair on its prompts (tok/s, the 1.15x
@@ -95,6 +98,13 @@ def cost_prep():
     ]
 
 
+def batch():
+    graphs_on = {"extra": {"disable_cuda_graph": False}, "batch": True}
+    plan = [{"label": "lab ar batch", "pair": "lab", "batch": True},
+            {"label": "lab dflash graph batch", "pair": "lab", "algo": "DFLASH", **graphs_on}]
+    return plan + [ddtree(f"lab ddtree {b}/{k} graph batch", "lab", b, k, **graphs_on) for b, k in ((8, 4), (15, 8), (32, 8))]
+
+
 def rerun(results_json):
     """The grid's configurations that did not finish in RESULTS_JSON, plus each pair's AR (the reference)."""
     done = {r["label"] for r in json.load(open(results_json)) if r.get("rc") == 0 and "res" in r}
@@ -104,5 +114,5 @@ def rerun(results_json):
 if __name__ == "__main__":
     plans = {"grid": grid, "cost": cost, "graph": graph, "cost-graph": cost_graph, "rerun": rerun,
              "q3-rest": q3_rest, "cost-rest": cost_rest, "graph+q3": lambda: graph() + q3_rest(),
-             "cost-prep": cost_prep}
+             "cost-prep": cost_prep, "batch": batch, "next": lambda: graph() + batch()}
     print(json.dumps(plans[sys.argv[1]](*sys.argv[2:])))
