@@ -38,7 +38,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Optional
 
 import torch
 
@@ -266,8 +265,8 @@ class DDTreeWorker(DFlashWorkerV2):
         """The tree step of a batch of `bs` requests at `rows` verify rows (prep.py), made on first use.
 
         A batch larger than any before gets larger draft-logits and hidden-state buffers, and every
-        prep (whose graph holds the old ones) is made again; so is every prep after the LM head's storage moved (a
-        weight update): a graph would replay the old address.
+        prep (whose graph holds the old ones) is made again; so is every prep after the LM head's
+        storage moved (a weight update): a graph would replay the old address.
         """
         weight = unwrap_lora_layer(getattr(self.target_worker.model_runner.model, "lm_head", None)).weight
         buf = self._draft_logits_buf
