@@ -16,7 +16,7 @@ pytest.importorskip("triton")  # tests/ddtree_engine/conftest.py set TRITON_INTE
 from ddtree_engine.kernels.tree_step import TreeStep  # noqa: E402
 from ddtree_engine.sglang_plugin import prep as prep_mod  # noqa: E402
 from ddtree_engine.sglang_plugin.padding import pad_tree, tree_custom_mask  # noqa: E402
-from ddtree_engine.sglang_plugin.prep import Graphed, GraphPool, TreePrep, graphs_wanted, verify_mask  # noqa: E402
+from ddtree_engine.sglang_plugin.prep import Graphed, GraphPool, TreePrep, TreePreps, graphs_wanted, verify_mask  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DEPTHS, HIDDEN, VOCAB, PADDED_VOCAB = 5, 8, 40, 48
@@ -72,6 +72,31 @@ def test_a_batch_matches_the_op_by_op_path(bs, budget, topk, rows):
             assert torch.equal(getattr(prep, name).cpu(), value.cpu()), f"seed {seed}: {name}"
         assert torch.equal(prep.logits[..., :VOCAB].cpu(), logits.cpu())
         assert torch.equal(verify_mask(prep, prefixes).cpu(), mask.cpu()), f"seed {seed}: mask"
+
+
+def test_the_worker_cache_grows_its_buffers_and_remakes_what_held_the_old_ones():
+    """TreePreps: one prep per (bs, rows); a larger batch gets larger shared buffers and every prep is
+    made again (a graph would hold the old buffers); so does a moved LM head; results stay right."""
+    w = weight()
+    slots = {}
+    preps = TreePreps(lambda i: slots.setdefault(i, TreeStep(DEPTHS, VOCAB, 7, 3, DEVICE)), DEPTHS, VOCAB, DEVICE)
+    one = preps.get(1, 9, w)
+    assert preps.get(1, 9, w) is one and preps.logits.shape == (1, DEPTHS, PADDED_VOCAB)
+    assert preps.get(1, 12, w) is not one and preps.get(1, 9, w) is one  # another width: its own prep
+    three = preps.get(3, 9, w)
+    assert preps.logits.shape[0] == 3 and preps.hidden.shape == (3, DEPTHS, HIDDEN)
+    assert preps.get(1, 9, w) is not one  # remade over the new buffers
+    assert preps.get(2, 9, w).logits.data_ptr() == preps.logits.data_ptr()  # smaller batches share them
+    assert preps.get(3, 9, w) is three and three.steps == [slots[0], slots[1], slots[2]]
+    moved = w.clone()
+    assert preps.get(3, 9, moved) is not three  # the head's storage moved: remade
+    prefixes = [3, 8, 0]
+    prep = preps.get(3, 9, moved)
+    hidden = hidden_states(3, 5)
+    prep.run(hidden, torch.tensor([1, 2, 3], device=DEVICE), torch.tensor(prefixes, device=DEVICE))
+    want, mask, _ = op_by_op(moved, hidden, [1, 2, 3], prefixes, 7, 3, 9)
+    assert torch.equal(prep.tokens.cpu(), want["tokens"].cpu())
+    assert torch.equal(verify_mask(prep, prefixes).cpu(), mask.cpu())
 
 
 def test_fewer_rows_than_the_tree_or_a_short_buffer_are_refused():

@@ -194,3 +194,41 @@ def verify_mask(prep: TreePrep, prefix_lens: list[int]) -> torch.Tensor:
         seen = torch.ones((prep.rows, prefix), dtype=torch.bool, device=prep.block.device)
         parts.append(torch.cat([seen, prep.block[i]], dim=1).reshape(-1))
     return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+class TreePreps:
+    """The worker's TreePreps, one per (batch size, rows), over shared buffers and one graph pool.
+
+    A batch larger than any before gets larger draft-logits and hidden-state buffers, and every
+    prep (whose graph holds the old ones) is made again; so is every prep after the LM head's
+    storage moved (a weight update): a graph would replay the old address.
+
+    Args:
+        step_for_slot: the TreeStep of request slot i (the same object every call).
+        depths, vocab: L and V of the trees.
+        device: where the buffers live.
+        graph: whether the preps capture CUDA graphs; pool: the GraphPool they share.
+    """
+
+    def __init__(self, step_for_slot: Callable[[int], TreeStep], depths: int, vocab: int, device,
+                 graph: bool = False, pool: GraphPool | None = None):
+        self.step_for_slot, self.depths, self.vocab, self.device = step_for_slot, depths, vocab, torch.device(device)
+        self.graph, self.pool = graph, pool
+        self.preps: dict[tuple[int, int], TreePrep] = {}
+        self.logits: torch.Tensor | None = None
+        self.hidden: torch.Tensor | None = None
+
+    def get(self, bs: int, rows: int, lm_weight: torch.Tensor) -> TreePrep:
+        """The prep of `bs` requests at `rows` rows with this LM head, made on first use."""
+        have = 0 if self.logits is None else self.logits.shape[0]
+        if have < bs or any(p.weight_ptr != lm_weight.data_ptr() for p in self.preps.values()):
+            size = max(bs, have)
+            self.logits = torch.empty(size, self.depths, lm_weight.shape[0], dtype=lm_weight.dtype, device=self.device)
+            self.hidden = torch.zeros(size, self.depths, lm_weight.shape[1], dtype=lm_weight.dtype, device=self.device)
+            self.preps.clear()
+        prep = self.preps.get((bs, rows))
+        if prep is None:
+            steps = [self.step_for_slot(i) for i in range(bs)]
+            prep = TreePrep(steps, lm_weight, self.vocab, rows, self.logits, self.hidden, graph=self.graph, pool=self.pool)
+            self.preps[(bs, rows)] = prep
+        return prep

@@ -67,7 +67,7 @@ from .commit import flattened_links
 from .memory import GdnShape, describe, describe_tree_step
 from .metrics import StepMetrics
 from .padding import pad_tree, verify_rows
-from .prep import GraphPool, TreePrep, graphs_wanted, verify_mask
+from .prep import GraphPool, TreePrep, TreePreps, graphs_wanted, verify_mask
 from .walk_commit import WalkCommit
 from .tree_shape import max_tree_nodes
 
@@ -127,12 +127,10 @@ class DDTreeWorker(DFlashWorkerV2):
         self._tree_steps: list[TreeStep] = []
         # The tree step's and the walk + commit's graphs, per (batch size, rows): one memory pool for
         # all of them, one draft-logits and one hidden-state buffer for the largest batch so far (prep.py).
-        self._preps: dict[tuple[int, int], TreePrep] = {}
-        self._posts: dict[tuple, WalkCommit] = {}
         self._graph_pool = GraphPool()
-        self._draft_logits_buf: torch.Tensor | None = None
-        self._draft_hidden_buf: torch.Tensor | None = None
+        self._posts: dict[tuple, WalkCommit] = {}
         self._prep_graphs = graphs_wanted(torch.device(self.device), bool(getattr(server_args, "disable_cuda_graph", False)))
+        self._preps = TreePreps(self._tree_step, self.depths, self.vocab_size, self.device, graph=self._prep_graphs, pool=self._graph_pool)
         self._trace_path = os.environ.get(TRACE_ENV) or None
         self._metrics = StepMetrics(self.budget, self.nodes)
         self.check_supported()
@@ -262,26 +260,9 @@ class DDTreeWorker(DFlashWorkerV2):
         return self._tree_steps[i]
 
     def _prep(self, bs: int, rows: int) -> TreePrep:
-        """The tree step of a batch of `bs` requests at `rows` verify rows (prep.py), made on first use.
-
-        A batch larger than any before gets larger draft-logits and hidden-state buffers, and every
-        prep (whose graph holds the old ones) is made again; so is every prep after the LM head's
-        storage moved (a weight update): a graph would replay the old address.
-        """
+        """The tree step of a batch of `bs` requests at `rows` verify rows (prep.TreePreps)."""
         weight = unwrap_lora_layer(getattr(self.target_worker.model_runner.model, "lm_head", None)).weight
-        buf = self._draft_logits_buf
-        if buf is None or buf.shape[0] < bs or any(p.weight_ptr != weight.data_ptr() for p in self._preps.values()):
-            size = max(bs, 0 if buf is None else buf.shape[0])
-            buf = torch.empty(size, self.depths, weight.shape[0], dtype=weight.dtype, device=self.device)
-            self._draft_logits_buf = buf
-            self._draft_hidden_buf = torch.zeros(size, self.depths, weight.shape[1], dtype=weight.dtype, device=self.device)
-            self._preps.clear()
-        prep = self._preps.get((bs, rows))
-        if prep is None:
-            steps = [self._tree_step(i) for i in range(bs)]
-            prep = TreePrep(steps, weight, self.vocab_size, rows, buf, self._draft_hidden_buf, graph=self._prep_graphs, pool=self._graph_pool)
-            self._preps[(bs, rows)] = prep
-        return prep
+        return self._preps.get(bs, rows, weight)
 
     def _walk_commit(self, steps: list[TreeStep], rows: int, seq_dtype: torch.dtype) -> WalkCommit:
         """The walk and commit of a batch of len(steps) requests at `rows` rows (walk_commit.py)."""
