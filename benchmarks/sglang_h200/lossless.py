@@ -5,7 +5,8 @@ process with its own sglang.Engine; DDTREE records are built from the plugin's S
 class SGLang's REPLACE hook installs). Settings common to all (the shared recipe's limits):
 Triton attention, page size 1, radix cache off, CUDA graphs off, bf16.
     [PAR=N] python lossless.py MODELS_DIR OUT_JSON CONFIGS_JSON   (N configurations at once)
-A configuration's "trace": true records the DDTREE worker's per-step trace (DDTREE_TRACE); "batch": true sends
+A configuration's "expect_error": TEXT must fail at startup with TEXT in its log (`expected_error_seen`);
+"prompts": PAIR takes another pair's prompts (the dummy-weight configs have none). A configuration's "trace": true records the DDTREE worker's per-step trace (DDTREE_TRACE); "batch": true sends
 all its prompts in one call (SGLang decodes them together) and compares with the pair's batched AR.
 """
 import json, os, subprocess, sys, time
@@ -59,7 +60,7 @@ START = threading.Lock()
 
 def run_one(c):
     label, pair, algo = c["label"], c["pair"], c.get("algo")
-    cfg = dict(common, model_path=f"{MODELS}/{pair}/target", prompts=f"{MODELS}/{pair}_prompts.json", max_new=c.get("max_new", 48),
+    cfg = dict(common, model_path=f"{MODELS}/{pair}/target", prompts=f"{MODELS}/{c.get('prompts', pair)}_prompts.json", max_new=c.get("max_new", 48),
                batch=c.get("batch", False))
     if PAR > 1:
         cfg["mem_fraction_static"] = round(0.8 / PAR, 3)
@@ -101,6 +102,9 @@ def run_one(c):
         out["trace"] = [json.loads(l) for l in open(trace).read().splitlines()[: c.get("trace_steps", 60)]]
     if not line:
         out["err"] = (stderr or stdout)[-6000:]
+    if c.get("expect_error"):  # a configuration that must fail at startup with this text (e.g. fit.py's message)
+        out["expected_error_seen"] = not line and c["expect_error"] in (stderr or "")
+        out["err_lines"] = [l for l in (stderr or "").splitlines() if c["expect_error"] in l][-2:]
     return out
 
 
@@ -125,5 +129,6 @@ for out in results:
         out["verify_ct"] = [x["meta"].get("spec_verify_ct") for x in out["res"]]
         out["first_diff"] = [next((j for j, (u, v) in enumerate(zip(a["ids"], b["ids"])) if u != v), None)
                              for a, b in zip(ref["res"], out["res"])]
-    print(f"{out['label']:<28} rc {out['rc']} same {out.get('same_as_ar')} verify {out.get('verify_ct')}", flush=True)
+    seen = f" expected error seen {out['expected_error_seen']}" if "expected_error_seen" in out else ""
+    print(f"{out['label']:<28} rc {out['rc']} same {out.get('same_as_ar')} verify {out.get('verify_ct')}{seen}", flush=True)
 json.dump(results, open(OUT, "w"), indent=1)

@@ -14,7 +14,9 @@ graph+q3 (lossless.py): graph and q3-rest in one run (the lab pair's graphed DDT
   the q3 grid).
 batch (lossless.py): the lab pair's 8 prompts in one call (batch sizes up to 8) with CUDA graphs: AR, DFLASH and
   DDTREE 8/4, 15/8, 32/8 (the batched tree step and walk + commit graphs), each against the batched AR.
-next: what the next device session runs first, in one call: `graph` and `batch` together (lossless.py).
+fit (lossless.py): the 4B-class dummy hybrid at DDTREE 127/8 in a small memory share: must stop at startup with
+  DDTREE's figure (sglang_plugin/fit.py), not SGLang's advice to lower --speculative-num-draft-tokens.
+next: what the next device session runs first, in one call: `graph`, `batch` and `fit` together (lossless.py).
 cost-prep (step_cost.py): the 4B-class step with the tree step graphed, beside it op by op (+eagerprep), with
   profiles; then the lab pair's arms (2026-12-01).
 cost-rest (step_cost.py): what issue 12 still lacks with graphs on: the lab pair on its prompts (tok/s, the 1.15x
@@ -105,6 +107,12 @@ def batch():
     return plan + [ddtree(f"lab ddtree {b}/{k} graph batch", "lab", b, k, **graphs_on) for b, k in ((8, 4), (15, 8), (32, 8))]
 
 
+def fit():
+    dummy = {"load_format": "dummy", "speculative_draft_load_format": "dummy", "mem_fraction_static": 0.08}
+    return [ddtree("q35-4b ddtree 127/8 does not fit", "q35-4b", 127, 8, prompts="lab", extra=dummy,
+                   expect_error="DDTREE budget 127", timeout=240)]
+
+
 def rerun(results_json):
     """The grid's configurations that did not finish in RESULTS_JSON, plus each pair's AR (the reference)."""
     done = {r["label"] for r in json.load(open(results_json)) if r.get("rc") == 0 and "res" in r}
@@ -114,5 +122,5 @@ def rerun(results_json):
 if __name__ == "__main__":
     plans = {"grid": grid, "cost": cost, "graph": graph, "cost-graph": cost_graph, "rerun": rerun,
              "q3-rest": q3_rest, "cost-rest": cost_rest, "graph+q3": lambda: graph() + q3_rest(),
-             "cost-prep": cost_prep, "batch": batch, "next": lambda: graph() + batch()}
+             "cost-prep": cost_prep, "batch": batch, "next": lambda: graph() + batch() + fit(), "fit": fit}
     print(json.dumps(plans[sys.argv[1]](*sys.argv[2:])))

@@ -40,9 +40,9 @@ M=/tmp/models; mkdir -p $M "$OUT"
 rm -rf $M/lab && mkdir -p $M/lab
 cp -r "$REPO/engine_patches/ddtree_engine/src/ddtree_engine/lab_models/target" "$REPO/engine_patches/ddtree_engine/src/ddtree_engine/lab_models/draft" $M/lab/
 cp "$HERE/lab_prompts.json" $M/lab_prompts.json   # the compare prompts (builtin + 3 held-out), chat-templated
+cp -r "$HERE/configs/." $M/   # the dummy-weight models (configs only): step cost, and the budget that does not fit
 if [ "${SCRIPT:-lossless}" = step_cost ]; then
-  # Step cost (issue 12): CONFIGS_JSON is step_cost.py's groups; the dummy-weight models are configs only.
-  cp -r "$HERE/configs/." $M/
+  # Step cost (issue 12): CONFIGS_JSON is step_cost.py's groups.
   python3 "$HERE/step_cost.py" $M "$OUT" "$CONFIGS"
 else
   python3 "$HERE/lossless.py" $M "$OUT/sglang_h200_lossless.json" "$CONFIGS"
