@@ -42,6 +42,7 @@ import os
 import torch
 
 from sglang.kernels.ops.speculative.cache_locs import assign_extend_cache_locs_func
+from sglang.kernels.ops.speculative.dflash import _prepare_dflash_draft_block_unchecked
 from sglang.srt.lora.layers import unwrap_lora_layer
 from sglang.srt.managers.scheduler import GenerationBatchResult
 from sglang.srt.model_executor.forward_batch_info import (
@@ -275,24 +276,58 @@ class DDTreeWorker(DFlashWorkerV2):
         return post
 
     def _draft_hidden(self, batch, draft_input, bs: int, prefix_lens: torch.Tensor, seq_lens_cpu: torch.Tensor):
-        """Run the drafter on the block; return its hidden states at depths 1..L, [bs, L, H]."""
+        """Run the drafter on the block.
+
+        The block's token ids, positions and KV slots are built as DFLASH builds them: one launch of
+        SGLang's `_prepare_dflash_draft_block_unchecked` into DFLASH's persistent buffers (its eager
+        fallback where that kernel fails), not six torch ops and a Triton launch. The block's window is
+        planned once, as DFLASH plans it: a verify as wide as the block writes the same slots and
+        reuses both (`_tree_decode`).
+
+        Returns:
+            (hidden [bs, L, H] at depths 1..L, the block's KV slots [bs * block], the window's plan).
+        """
         device, block = self.device, self.block_size
         target_model = self.target_worker.model_runner.model
         embed_module = unwrap_lora_layer(_resolve_dflash_embedding_module(self.draft_model, target_model))
-        block_ids = torch.full((bs, block), int(self._mask_token_id), dtype=torch.long, device=device)
-        block_ids[:, 0].copy_(draft_input.bonus_tokens.view(-1))
-        offsets = torch.arange(block, dtype=torch.int64, device=device)
-        positions = (prefix_lens.to(torch.int64).unsqueeze(1) + offsets).reshape(-1)
         req_to_token = self.model_runner.req_to_token_pool.req_to_token
-        draft_locs = assign_extend_cache_locs_func(
-            req_pool_indices=batch.req_pool_indices,
-            req_to_token=req_to_token,
-            start_offset=prefix_lens,
-            end_offset=prefix_lens + block,
-            batch_size=bs,
-            draft_token_num=block,
-            device=device,
-        )
+        self._ensure_draft_block_buffers(bs)
+        block_ids = self._draft_block_ids_buf[:bs]
+        positions_2d = self._draft_block_positions_buf[:bs]
+        locs_2d = self._draft_verify_out_cache_loc_buf[:bs]
+        prepared = False
+        if self._use_triton_prepare_block:
+            try:
+                _prepare_dflash_draft_block_unchecked(
+                    bonus_tokens=draft_input.bonus_tokens.view(-1),
+                    prefix_lens=prefix_lens.view(-1),
+                    req_pool_indices=batch.req_pool_indices.view(-1),
+                    req_to_token=req_to_token,
+                    block_ids_out=block_ids,
+                    positions_out=positions_2d,
+                    cache_loc_out=locs_2d,
+                    mask_token_id=int(self._mask_token_id),
+                )
+                prepared = True
+            except Exception as exc:  # as DFLASH: fall back to the eager block for good
+                self._use_triton_prepare_block = False
+                logger.warning("DDTREE: SGLang's Triton prepare_block failed; building the block op by op: %s", exc)
+        if not prepared:
+            block_ids.fill_(int(self._mask_token_id))
+            block_ids[:, 0].copy_(draft_input.bonus_tokens.view(-1))
+            torch.add(prefix_lens.unsqueeze(1), self._block_pos_offsets, out=positions_2d)
+            locs = assign_extend_cache_locs_func(
+                req_pool_indices=batch.req_pool_indices,
+                req_to_token=req_to_token,
+                start_offset=prefix_lens,
+                end_offset=prefix_lens + block,
+                batch_size=bs,
+                draft_token_num=block,
+                device=device,
+            )
+            locs_2d.copy_(locs.view(bs, block))
+        positions = positions_2d.reshape(-1)
+        draft_locs = locs_2d.reshape(-1)
         plan = self.target_worker.model_runner.kv_index_translator.plan(
             req_pool_indices=batch.req_pool_indices,
             seq_lens=prefix_lens,
@@ -330,7 +365,7 @@ class DDTreeWorker(DFlashWorkerV2):
         hidden = draft_out.logits_output.hidden_states
         if hidden is None:
             raise RuntimeError("DDTREE: the DFlash drafter returned no hidden states")
-        return hidden.view(bs, block, -1)[:, 1:, :]
+        return hidden.view(bs, block, -1)[:, 1:, :], draft_locs, plan
 
     def _tree_decode(self, batch, on_publish):
         draft_input = batch.spec_info
@@ -345,7 +380,7 @@ class DDTreeWorker(DFlashWorkerV2):
 
         # 1-2. Draft hidden states, then per request the LM head, the tree and its padded verify rows
         # on the device (prep.py: one CUDA-graph replay per batch size when graphs are on).
-        draft_hidden = self._draft_hidden(batch, draft_input, bs, prefix_lens, seq_lens_cpu)
+        draft_hidden, draft_locs, draft_plan = self._draft_hidden(batch, draft_input, bs, prefix_lens, seq_lens_cpu)
         roots = draft_input.bonus_tokens.view(-1)
         prep = self._prep(bs, rows)
         prep.run(draft_hidden, roots, prefix_lens)
@@ -362,25 +397,29 @@ class DDTreeWorker(DFlashWorkerV2):
         # 3. Verify the tree rows (then any pad rows): positions prefix + depth, KV into the
         # window's first `rows` slots (SGLang reserved max(block, budget + 1) >= rows).
         positions = prep.positions.reshape(-1)
-        req_to_token = self.model_runner.req_to_token_pool.req_to_token
-        verify_locs = assign_extend_cache_locs_func(
-            req_pool_indices=batch.req_pool_indices,
-            req_to_token=req_to_token,
-            start_offset=prefix_lens,
-            end_offset=prefix_lens + rows,
-            batch_size=bs,
-            draft_token_num=rows,
-            device=device,
-        )
+        if rows == self.block_size:
+            # The same window as the draft block's (prefix .. prefix + block - 1): its slots and plan, as
+            # DFLASH plans its window once for the draft, the verify and the drafter's KV writes.
+            verify_locs, plan = draft_locs, draft_plan
+        else:
+            verify_locs = assign_extend_cache_locs_func(
+                req_pool_indices=batch.req_pool_indices,
+                req_to_token=self.model_runner.req_to_token_pool.req_to_token,
+                start_offset=prefix_lens,
+                end_offset=prefix_lens + rows,
+                batch_size=bs,
+                draft_token_num=rows,
+                device=device,
+            )
+            plan = self.target_worker.model_runner.kv_index_translator.plan(
+                req_pool_indices=batch.req_pool_indices,
+                seq_lens=prefix_lens,
+                seq_lens_cpu=seq_lens_cpu,
+                write_virtual=verify_locs,
+                read_extent=rows,
+            )
         # SGLang's custom mask: per request [rows, prefix + rows] row-major, True = may attend.
         custom_mask = verify_mask(prep, [int(n) for n in seq_lens_cpu])
-        plan = self.target_worker.model_runner.kv_index_translator.plan(
-            req_pool_indices=batch.req_pool_indices,
-            seq_lens=prefix_lens,
-            seq_lens_cpu=seq_lens_cpu,
-            write_virtual=verify_locs,
-            read_extent=rows,
-        )
         # draft_token_num (-> num_tokens_per_req) == the captured width is what lets SGLang's
         # can_run_graph replay; prepare_for_verify loads the graph's buffers when it can.
         verify_input = DDTreeVerifyInput(
