@@ -87,14 +87,30 @@ def tree_custom_mask(masks: list[torch.Tensor], prefix_lens: list[int], rows: in
         ancestors; pad rows see the whole prefix and themselves; nobody sees a pad row.
     """
     blocks = []
-    for mask, prefix in zip(masks, prefix_lens):
+    for mask in masks:
         width = mask.shape[0]
         if rows < width:
             raise ValueError(f"expected rows >= the tree's width {width}, got {rows}")
-        block = torch.zeros((rows, prefix + rows), dtype=torch.bool, device=mask.device)
-        block[:, :prefix] = True
-        block[:width, prefix : prefix + width] = mask
+        block = torch.zeros((rows, rows), dtype=torch.bool, device=mask.device)
+        block[:width, :width] = mask
         pad = torch.arange(width, rows, device=mask.device)
-        block[pad, prefix + pad] = True
-        blocks.append(block.reshape(-1))
-    return torch.cat(blocks)
+        block[pad, pad] = True
+        blocks.append(block)
+    return flat_custom_mask(blocks, prefix_lens)
+
+
+def flat_custom_mask(blocks: list[torch.Tensor], prefix_lens: list[int]) -> torch.Tensor:
+    """The flat mask of `tree_custom_mask` from each request's rows-among-rows block.
+
+    Args:
+        blocks: per request, a [C, C] bool block (who among the C rows each row sees).
+        prefix_lens: per request, the committed prefix length (host ints); every row sees it all.
+
+    Returns:
+        Per request the row-major [C, prefix + C] block (the prefix all True), concatenated.
+    """
+    parts = []
+    for block, prefix in zip(blocks, prefix_lens):
+        seen = torch.ones((block.shape[0], prefix), dtype=torch.bool, device=block.device)
+        parts.append(torch.cat([seen, block], dim=1).reshape(-1))
+    return parts[0] if len(parts) == 1 else torch.cat(parts)

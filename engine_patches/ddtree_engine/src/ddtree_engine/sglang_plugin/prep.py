@@ -38,6 +38,7 @@ from typing import Callable
 import torch
 
 from ..kernels.tree_step import TreeStep
+from .padding import flat_custom_mask
 
 GRAPH_ENV = "DDTREE_TREE_GRAPH"
 logger = logging.getLogger(__name__)
@@ -137,7 +138,6 @@ class TreePrep:
                              f"got {tuple(hidden.shape)} {hidden.dtype}")
         device = steps[0].device
         self.steps, self.weight, self.vocab, self.rows, self.width = steps, lm_weight, vocab, rows, width
-        self.weight_ptr = lm_weight.data_ptr()
         long = dict(dtype=torch.int64, device=device)
         self.hidden = hidden[:bs]
         self.root = torch.zeros(bs, 1, **long)
@@ -152,10 +152,6 @@ class TreePrep:
         pad = torch.arange(width, rows, device=device)
         self.block[:, pad, pad] = True  # a pad row sees itself (and the prefix); the tree part is copied in
         self._run = Graphed(self._ops, device, graph, pool, f"the tree step (bs {bs}, {rows} rows)")
-
-    @property
-    def graph_wanted(self) -> bool:
-        return self._run.graph_wanted
 
     def _ops(self) -> None:
         w, steps = self.width, self.steps
@@ -185,15 +181,8 @@ class TreePrep:
 
 
 def verify_mask(prep: TreePrep, prefix_lens: list[int]) -> torch.Tensor:
-    """SGLang's flat TARGET_VERIFY custom mask: per request [C, prefix + C], the prefix all True.
-
-    The same layout as `padding.tree_custom_mask`, from the prep's `block`.
-    """
-    parts = []
-    for i, prefix in enumerate(prefix_lens):
-        seen = torch.ones((prep.rows, prefix), dtype=torch.bool, device=prep.block.device)
-        parts.append(torch.cat([seen, prep.block[i]], dim=1).reshape(-1))
-    return parts[0] if len(parts) == 1 else torch.cat(parts)
+    """SGLang's flat TARGET_VERIFY custom mask from the prep's blocks (padding.flat_custom_mask)."""
+    return flat_custom_mask(list(prep.block), prefix_lens)
 
 
 class TreePreps:
@@ -217,12 +206,14 @@ class TreePreps:
         self.preps: dict[tuple[int, int], TreePrep] = {}
         self.logits: torch.Tensor | None = None
         self.hidden: torch.Tensor | None = None
+        self.weight_ptr: int | None = None  # the LM head's storage the preps' graphs read
 
     def get(self, bs: int, rows: int, lm_weight: torch.Tensor) -> TreePrep:
         """The prep of `bs` requests at `rows` rows with this LM head, made on first use."""
         have = 0 if self.logits is None else self.logits.shape[0]
-        if have < bs or any(p.weight_ptr != lm_weight.data_ptr() for p in self.preps.values()):
+        if have < bs or self.weight_ptr != lm_weight.data_ptr():
             size = max(bs, have)
+            self.weight_ptr = lm_weight.data_ptr()
             self.logits = torch.empty(size, self.depths, lm_weight.shape[0], dtype=lm_weight.dtype, device=self.device)
             self.hidden = torch.zeros(size, self.depths, lm_weight.shape[1], dtype=lm_weight.dtype, device=self.device)
             self.preps.clear()

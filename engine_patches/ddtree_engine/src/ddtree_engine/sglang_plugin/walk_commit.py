@@ -57,10 +57,6 @@ class WalkCommit:
         self.idx = torch.arange(width, **long)
         self._run = Graphed(self._ops, device, graph, pool, f"the walk and commit (bs {bs}, {rows} rows)")
 
-    @property
-    def graph_wanted(self) -> bool:
-        return self._run.graph_wanted
-
     def _ops(self) -> None:
         steps, width = self.steps, self.width
         for i, step in enumerate(steps):

@@ -7,9 +7,8 @@ replaces the decode step. One step, per request:
    states at depths 1..L go through the target's LM head into draft logits [L, V].
 2. Tree: this project's TreeStep (top-K log-probs, best-first build of `budget` prefixes,
    ancestor mask, first-child / next-sibling links) on the device, with the LM head before it and
-   the verify's padded rows after it: one CUDA-graph replay per request when graphs are on
-   (prep.py: one replay per batch size when graphs are on), not ~30 launches a request while the
-   GPU waits for the verify.
+   the verify's padded rows after it: one CUDA-graph replay per batch size when graphs are on
+   (prep.py), not ~30 launches a request while the GPU waits for the verify.
 3. Verify: the target runs the W = nodes + 1 tree rows in TARGET_VERIFY mode with the tree as
    its custom attention mask (the prefix fully visible) and, on hybrid models, with the
    first-child / next-sibling links SGLang's GDN kernels use to take every node's conv window
@@ -171,7 +170,7 @@ class DDTreeWorker(DFlashWorkerV2):
         """Log the tree step's buffers per request and, on a hybrid target, the verify states this
         width holds next to DFLASH's (memory.py)."""
         try:
-            weight = unwrap_lora_layer(getattr(self.target_worker.model_runner.model, "lm_head", None)).weight
+            weight = self._lm_head_weight()
             logger.info("%s", describe_tree_step(
                 self.depths, int(weight.shape[0]), int(weight.shape[1]), self.nodes, self.topk,
                 max(self.block_size, self.verify_width), weight.element_size(),
@@ -260,10 +259,35 @@ class DDTreeWorker(DFlashWorkerV2):
             )
         return self._tree_steps[i]
 
+    def _lm_head_weight(self) -> torch.Tensor:
+        """The target's LM head weight [V', H] (read every step: a weight update may move it)."""
+        return unwrap_lora_layer(getattr(self.target_worker.model_runner.model, "lm_head", None)).weight
+
     def _prep(self, bs: int, rows: int) -> TreePrep:
         """The tree step of a batch of `bs` requests at `rows` verify rows (prep.TreePreps)."""
-        weight = unwrap_lora_layer(getattr(self.target_worker.model_runner.model, "lm_head", None)).weight
-        return self._preps.get(bs, rows, weight)
+        return self._preps.get(bs, rows, self._lm_head_weight())
+
+    def _window_locs(self, batch, prefix_lens: torch.Tensor, width: int) -> torch.Tensor:
+        """The KV slots of window positions prefix .. prefix + width - 1 per request, [bs * width]."""
+        return assign_extend_cache_locs_func(
+            req_pool_indices=batch.req_pool_indices,
+            req_to_token=self.model_runner.req_to_token_pool.req_to_token,
+            start_offset=prefix_lens,
+            end_offset=prefix_lens + width,
+            batch_size=len(prefix_lens),
+            draft_token_num=width,
+            device=self.device,
+        )
+
+    def _window_plan(self, batch, prefix_lens: torch.Tensor, seq_lens_cpu: torch.Tensor, locs: torch.Tensor, width: int):
+        """The target translator's plan of a step writing `locs` and reading `width` rows per request."""
+        return self.target_worker.model_runner.kv_index_translator.plan(
+            req_pool_indices=batch.req_pool_indices,
+            seq_lens=prefix_lens,
+            seq_lens_cpu=seq_lens_cpu,
+            write_virtual=locs,
+            read_extent=width,
+        )
 
     def _walk_commit(self, steps: list[TreeStep], rows: int, seq_dtype: torch.dtype) -> WalkCommit:
         """The walk and commit of a batch of len(steps) requests at `rows` rows (walk_commit.py)."""
@@ -316,25 +340,10 @@ class DDTreeWorker(DFlashWorkerV2):
             block_ids.fill_(int(self._mask_token_id))
             block_ids[:, 0].copy_(draft_input.bonus_tokens.view(-1))
             torch.add(prefix_lens.unsqueeze(1), self._block_pos_offsets, out=positions_2d)
-            locs = assign_extend_cache_locs_func(
-                req_pool_indices=batch.req_pool_indices,
-                req_to_token=req_to_token,
-                start_offset=prefix_lens,
-                end_offset=prefix_lens + block,
-                batch_size=bs,
-                draft_token_num=block,
-                device=device,
-            )
-            locs_2d.copy_(locs.view(bs, block))
+            locs_2d.copy_(self._window_locs(batch, prefix_lens, block).view(bs, block))
         positions = positions_2d.reshape(-1)
         draft_locs = locs_2d.reshape(-1)
-        plan = self.target_worker.model_runner.kv_index_translator.plan(
-            req_pool_indices=batch.req_pool_indices,
-            seq_lens=prefix_lens,
-            seq_lens_cpu=seq_lens_cpu,
-            write_virtual=draft_locs,
-            read_extent=block,
-        )
+        plan = self._window_plan(batch, prefix_lens, seq_lens_cpu, draft_locs, block)
         embeds = embed_module(block_ids)
         if self._noise_embed_scale != 1.0:
             embeds = embeds * self._noise_embed_scale
@@ -391,7 +400,7 @@ class DDTreeWorker(DFlashWorkerV2):
             # Diagnosis only (behind --speculative-ddtree-allow-hybrid-unsafe): GDN states in flattened order.
             first_child, next_sibling = flattened_links(bs, width, device)
             _, _, v_first_child, v_next_sibling = pad_tree(
-                v_tokens[:, :width], v_tokens[:, :width], first_child, next_sibling, rows
+                v_tokens[:, :width], prep.depths[:, :width], first_child, next_sibling, rows
             )
 
         # 3. Verify the tree rows (then any pad rows): positions prefix + depth, KV into the
@@ -402,22 +411,8 @@ class DDTreeWorker(DFlashWorkerV2):
             # DFLASH plans its window once for the draft, the verify and the drafter's KV writes.
             verify_locs, plan = draft_locs, draft_plan
         else:
-            verify_locs = assign_extend_cache_locs_func(
-                req_pool_indices=batch.req_pool_indices,
-                req_to_token=self.model_runner.req_to_token_pool.req_to_token,
-                start_offset=prefix_lens,
-                end_offset=prefix_lens + rows,
-                batch_size=bs,
-                draft_token_num=rows,
-                device=device,
-            )
-            plan = self.target_worker.model_runner.kv_index_translator.plan(
-                req_pool_indices=batch.req_pool_indices,
-                seq_lens=prefix_lens,
-                seq_lens_cpu=seq_lens_cpu,
-                write_virtual=verify_locs,
-                read_extent=rows,
-            )
+            verify_locs = self._window_locs(batch, prefix_lens, rows)
+            plan = self._window_plan(batch, prefix_lens, seq_lens_cpu, verify_locs, rows)
         # SGLang's custom mask: per request [rows, prefix + rows] row-major, True = may attend.
         custom_mask = verify_mask(prep, [int(n) for n in seq_lens_cpu])
         # draft_token_num (-> num_tokens_per_req) == the captured width is what lets SGLang's
