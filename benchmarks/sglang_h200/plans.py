@@ -19,6 +19,9 @@ fit (lossless.py): the 4B-class dummy hybrid at DDTREE 127/8 in a small memory s
 next: what the next device session runs first, in one call: `graph`, `batch` and `fit` together (lossless.py).
 cost-prep (step_cost.py): the 4B-class step with the tree step graphed, beside it op by op (+eagerprep), with
   profiles; then the lab pair's arms (2026-12-01).
+cost-now (step_cost.py): issue 12's three models after the batched tree step and the draft block as DFLASH
+  builds it (836b8ee, 3d3a122): 4B and 1B DFLASH beside DDTREE 15/8 and 31/8 with graphs, the lab pair's
+  tok/s at 15/8 and 15/4 with profiles of its DFLASH and 15/8 steps.
 cost-rest (step_cost.py): what issue 12 still lacks with graphs on: the lab pair on its prompts (tok/s, the 1.15x
   bar) with the walk + commit graph (770e312; beside it op by op), and the 1B-class hybrid, beside DFLASH.
 """
@@ -90,6 +93,16 @@ def cost_rest():
     ]
 
 
+def cost_now():
+    graphed = ["dflash", "ddtree-graph-15-8", "ddtree-graph-31-8"]
+    return [
+        {"model": "q35-4b", "dummy": True, "arms": graphed},
+        {"model": "lab", "prompts": "lab", "arms": ["dflash", "ddtree-graph-15-8", "ddtree-graph-15-4"],
+         "profile": ["dflash", "ddtree-graph-15-8"]},
+        {"model": "q35-1b", "dummy": True, "arms": graphed},
+    ]
+
+
 def cost_prep():
     """Issue 12 after the tree step became one CUDA-graph replay per request (sglang_plugin/prep.py): the 4B-class
     step cost with profiles (host gaps), the same arm with the op-by-op tree step beside it, then the lab pair."""
@@ -122,5 +135,5 @@ def rerun(results_json):
 if __name__ == "__main__":
     plans = {"grid": grid, "cost": cost, "graph": graph, "cost-graph": cost_graph, "rerun": rerun,
              "q3-rest": q3_rest, "cost-rest": cost_rest, "graph+q3": lambda: graph() + q3_rest(),
-             "cost-prep": cost_prep, "batch": batch, "next": lambda: graph() + batch() + fit(), "fit": fit}
+             "cost-prep": cost_prep, "cost-now": cost_now, "batch": batch, "next": lambda: graph() + batch() + fit(), "fit": fit}
     print(json.dumps(plans[sys.argv[1]](*sys.argv[2:])))

@@ -296,6 +296,12 @@ def test_the_pool_sizing_the_shortfall_wrapper_wraps_raises_what_it_matches():
     fn = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == method), None)
     assert fn is not None, f"{cls_name}.{method} is not in {path}"
     assert fit.SHORTFALL in ast.get_source_segment(source, fn), f"{method} no longer raises {fit.SHORTFALL!r}"
+    # Its one caller passes the rest (GB) positionally and blames the weights when the result is <= 0:
+    # the wrapper's second case (fit.LEFT_NOTHING) reads that argument and that result.
+    caller = " ".join(source[source.index("def _profile_available_bytes"):].split())
+    assert f"rest_memory = self.{method}(rest_memory)" in caller
+    after = caller[caller.index(f"self.{method}(rest_memory)"):]
+    assert "if rest_memory <= 0:" in after and fit.LEFT_NOTHING in after[:1500]
     # What ddtree_message reads from SGLang's runtime context.
     _, context = module_source("sglang.srt.runtime_context")
     assert {"get_spec", "get_schedule"} <= top_level_names(ast.parse(context))

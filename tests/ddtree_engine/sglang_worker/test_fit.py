@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ddtree_engine.sglang_plugin.fit import SHORTFALL, drafter_block, explain_mamba_shortfall
+from ddtree_engine.sglang_plugin.fit import LEFT_NOTHING, SHORTFALL, drafter_block, explain_mamba_shortfall
 from ddtree_engine.sglang_plugin.memory import GdnShape, shortfall_message
 
 REPO = Path(__file__).resolve().parents[3]
@@ -64,6 +64,31 @@ def test_the_wrapper_turns_only_sglangs_shortfall_into_ddtrees_message():
         explain_mamba_shortfall(Boom(RuntimeError(SGLANG_ERROR)), object(), message_for=lambda c, m: None)
     with pytest.raises(ValueError):
         explain_mamba_shortfall(Boom(ValueError(SGLANG_ERROR)), object(), message_for=mine)
+
+
+class Sized:
+    """SGLang's pool sizing on its --max-running-requests path: returns what is left (GB), raises nothing."""
+
+    def __init__(self, used):
+        self.used = used
+
+    def __call__(self, configurator, total_rest_memory):
+        return total_rest_memory - self.used
+
+
+def test_a_pool_that_leaves_nothing_for_the_kv_cache_gets_ddtrees_message_not_the_weights_blamed():
+    mine = lambda configurator, message: f"DDTREE says: {message}"  # noqa: E731
+    # The hybrid states took a positive rest below zero: DDTREE's message, with both figures.
+    with pytest.raises(RuntimeError, match="^DDTREE says: " + LEFT_NOTHING) as info:
+        explain_mamba_shortfall(Sized(12.8), object(), 1.9, message_for=mine)
+    assert "take 12.80 GB of the 1.90 GB left after the weights" in str(info.value)
+    with pytest.raises(RuntimeError, match="^DDTREE says"):
+        explain_mamba_shortfall(Sized(1.9), object(), total_rest_memory=1.9, message_for=mine)  # exactly nothing left
+    # What fits passes through; a rest already gone before the states is SGLang's (the weights) to report;
+    # a server that is not DDTREE on a hybrid keeps SGLang's path.
+    assert explain_mamba_shortfall(Sized(1.0), object(), 1.9, message_for=mine) == pytest.approx(0.9)
+    assert explain_mamba_shortfall(Sized(1.0), object(), -0.5, message_for=mine) == pytest.approx(-1.5)
+    assert explain_mamba_shortfall(Sized(12.8), object(), 1.9, message_for=lambda c, m: None) == pytest.approx(-10.9)
 
 
 def test_the_drafters_block_comes_from_its_config(tmp_path):

@@ -7,12 +7,19 @@ wraps that method in the scheduler process, from `DDTreeSpecAlgo.create_worker`,
 before it allocates the pools (`Scheduler.init_model_worker`: draft worker, then memory pools). The
 module is not hooked at plugin load: importing it there would pull SGLang's model stack into every
 process. For DDTREE the wrapper re-raises with the per-request figure of `memory.shortfall_message`
-and the flags that change it; every other error passes through untouched.
+and the flags that change it; every other error passes through untouched. When SGLang's sizing
+returns no memory left for the KV cache from a positive rest (the hybrid states took all of it: the path
+with --max-running-requests set, which raises nothing itself and lets its caller blame the weights), the
+wrapper raises DDTREE's message there too.
 """
 
 from __future__ import annotations
 
 SHORTFALL = "Not enough GPU memory for hybrid"
+# With --max-running-requests set and the radix cache off (how DDTREE serves), SGLang sizes the mamba pool
+# from the request count and subtracts the verify's per-row states without checking them: the rest goes
+# negative and its caller blames the weights ("Loaded weights leave no GPU memory for the KV cache ...").
+LEFT_NOTHING = "Loaded weights leave no GPU memory for the KV cache"
 TARGET = ("sglang.srt.mem_cache.kv_cache_configurator", "KVCacheConfigurator", "_handle_max_mamba_cache")
 
 
@@ -44,7 +51,7 @@ def explain_mamba_shortfall(original, configurator, *args, message_for=None, **k
         message_for: (configurator, sglang_message) -> message or None; `ddtree_message` by default.
     """
     try:
-        return original(configurator, *args, **kwargs)
+        rest = original(configurator, *args, **kwargs)
     except RuntimeError as exc:
         if SHORTFALL not in str(exc):
             raise
@@ -52,6 +59,14 @@ def explain_mamba_shortfall(original, configurator, *args, message_for=None, **k
         if message is None:
             raise
         raise RuntimeError(message) from exc
+    before = args[0] if args else kwargs.get("total_rest_memory")
+    if isinstance(before, (int, float)) and isinstance(rest, (int, float)) and before > 0 >= rest:
+        said = (f"{LEFT_NOTHING}: the hybrid state pool and its per-row verify states take {before - rest:.2f} GB "
+                f"of the {before:.2f} GB left after the weights")
+        message = (message_for or ddtree_message)(configurator, said)
+        if message is not None:
+            raise RuntimeError(message)
+    return rest
 
 
 def drafter_block(draft_path) -> int:
