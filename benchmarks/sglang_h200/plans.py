@@ -22,6 +22,9 @@ cost-prep (step_cost.py): the 4B-class step with the tree step graphed, beside i
 cost-now (step_cost.py): issue 12's three models after the batched tree step and the draft block as DFLASH
   builds it (836b8ee, 3d3a122): 4B and 1B DFLASH beside DDTREE 15/8 and 31/8 with graphs, the lab pair's
   tok/s at 15/8 and 15/4 with profiles of its DFLASH and 15/8 steps.
+cost-rounds (step_cost.py, with ROUNDS=3): the same after the 4B group of cost-now read DDTREE 15/8 faster than
+  DFLASH (8.55 ms DFLASH against 7.21 and 7.47 in earlier runs): every arm measured three times, interleaved; the
+  lab pair first (tok/s and outputs), then 4B, then the 1B-class DFLASH and 15/8.
 cost-rest (step_cost.py): what issue 12 still lacks with graphs on: the lab pair on its prompts (tok/s, the 1.15x
   bar) with the walk + commit graph (770e312; beside it op by op), and the 1B-class hybrid, beside DFLASH.
 """
@@ -103,6 +106,14 @@ def cost_now():
     ]
 
 
+def cost_rounds():
+    return [
+        {"model": "lab", "prompts": "lab", "arms": ["dflash", "ddtree-graph-15-8", "ddtree-graph-15-4"]},
+        {"model": "q35-4b", "dummy": True, "arms": ["dflash", "ddtree-graph-15-8", "ddtree-graph-31-8"]},
+        {"model": "q35-1b", "dummy": True, "arms": ["dflash", "ddtree-graph-15-8"]},
+    ]
+
+
 def cost_prep():
     """Issue 12 after the tree step became one CUDA-graph replay per request (sglang_plugin/prep.py): the 4B-class
     step cost with profiles (host gaps), the same arm with the op-by-op tree step beside it, then the lab pair."""
@@ -135,5 +146,5 @@ def rerun(results_json):
 if __name__ == "__main__":
     plans = {"grid": grid, "cost": cost, "graph": graph, "cost-graph": cost_graph, "rerun": rerun,
              "q3-rest": q3_rest, "cost-rest": cost_rest, "graph+q3": lambda: graph() + q3_rest(),
-             "cost-prep": cost_prep, "cost-now": cost_now, "batch": batch, "next": lambda: graph() + batch() + fit(), "fit": fit}
+             "cost-prep": cost_prep, "cost-now": cost_now, "cost-rounds": cost_rounds, "batch": batch, "next": lambda: graph() + batch() + fit(), "fit": fit}
     print(json.dumps(plans[sys.argv[1]](*sys.argv[2:])))
