@@ -24,7 +24,8 @@ cost-now (step_cost.py): issue 12's three models after the batched tree step and
   tok/s at 15/8 and 15/4 with profiles of its DFLASH and 15/8 steps.
 cost-rounds (step_cost.py, with ROUNDS=3): the same after the 4B group of cost-now read DDTREE 15/8 faster than
   DFLASH (8.55 ms DFLASH against 7.21 and 7.47 in earlier runs): every arm measured three times, interleaved; the
-  lab pair first (tok/s and outputs), then 4B, then the 1B-class DFLASH and 15/8.
+  lab pair first (tok/s and outputs; each prompt 4 times a round since run 5's rounds of ~1000 tokens were
+  noisy), then 4B, then the 1B-class DFLASH and 15/8.
 cost-rest (step_cost.py): what issue 12 still lacks with graphs on: the lab pair on its prompts (tok/s, the 1.15x
   bar) with the walk + commit graph (770e312; beside it op by op), and the 1B-class hybrid, beside DFLASH.
 """
@@ -108,7 +109,7 @@ def cost_now():
 
 def cost_rounds():
     return [
-        {"model": "lab", "prompts": "lab", "arms": ["dflash", "ddtree-graph-15-8", "ddtree-graph-15-4"]},
+        {"model": "lab", "prompts": "lab", "repeat": 4, "arms": ["dflash", "ddtree-graph-15-8", "ddtree-graph-15-4"]},
         {"model": "q35-4b", "dummy": True, "arms": ["dflash", "ddtree-graph-15-8", "ddtree-graph-31-8"]},
         {"model": "q35-1b", "dummy": True, "arms": ["dflash", "ddtree-graph-15-8"]},
     ]

@@ -4,7 +4,7 @@ Each arm is its own sglang.Engine in its own process. The arms of a group start 
 time (a file lock: SGLang sizes its pools from the free memory it sees around its own load) and are then
 measured one after another, each alone on the GPU while the others sleep, so every ratio compares arms
 measured minutes apart in the same run; ROUNDS=N measures every arm N times, arm after arm, and keeps each arm's
-median round (every round's figure is printed). ARM_TIMEOUT_S bounds one arm's measurement; LOG_LEVEL=info shows
+median round (every round's figure is printed; odd rounds run the arms in reverse order). ARM_TIMEOUT_S bounds one arm's measurement; LOG_LEVEL=info shows
 SGLang's decode-batch lines in the per-arm logs (a folder under /tmp, tarred into OUT_DIR/logs.tgz).
 
     python step_cost.py MODELS_DIR OUT_DIR GROUPS_JSON
@@ -13,7 +13,7 @@ GROUPS_JSON: [{"model": "q35-4b", "dummy": true, "arms": ["ar", "dflash", "dflas
   dummy: random weights (`load_format=dummy`), a 512-token prompt, 256 new tokens, EOS ignored: per-step time
          is (generation time - prefill time) / verify steps (acceptance is meaningless with random weights);
   prompts "lab": the compare prompts of the trained lab pair (MODELS_DIR/lab_prompts.json), to EOS or 256
-         tokens: tokens per step and tok/s are real.
+         tokens: tokens per step and tok/s are real; "repeat": N decodes each prompt N times a round.
 Arms: ar, dflash (CUDA graphs as SGLang ships them), dflash-nograph, ddtree-B-K (budget B, topk K, without CUDA
 graphs), ddtree-graph-B-K (the same with CUDA graphs on: the target's verify replays a tree-masked graph, the tree
 padded to max(block, B + 1) rows; the drafter replays its graphs only when B + 1 <= its block); an arm ending in +eagerprep runs its tree step and its walk + commit op by op (DDTREE_TREE_GRAPH=0,
@@ -74,11 +74,12 @@ def measure(first):
     total_t = total_n = total_steps = 0
     per = []
     for p in prompts:
-        t, o = gen(p["prompt_ids"], 256, False)
         pre = min(gen(p["prompt_ids"], 1, False)[0] for _ in range(2))
-        m = o["meta_info"]; n = len(o["output_ids"]); steps = m.get("spec_verify_ct") or n
+        for _ in range(bench.get("repeat", 1)):  # a round of more steps: less of it is host jitter
+            t, o = gen(p["prompt_ids"], 256, False)
+            m = o["meta_info"]; n = len(o["output_ids"]); steps = m.get("spec_verify_ct") or n
+            total_t += t - pre; total_n += n; total_steps += steps
         per.append({"name": p["name"], "tokens": n, "steps": steps, "s": t, "prefill_s": pre, "ids": o["output_ids"]})
-        total_t += t - pre; total_n += n; total_steps += steps
     return dict(per_prompt=per, tokens=total_n, steps=total_steps, decode_s=total_t,
                 step_ms=total_t / total_steps * 1e3, tokens_per_step=total_n / total_steps, tok_per_s=total_n / total_t)
 try:
@@ -167,6 +168,7 @@ def run_group(group, tmp):
     for i, arm in enumerate(arms):
         cfg = arm_cfg(group, arm, share)
         bench = {"ready": f"{tmp}/{i}.ready", "go": f"{tmp}/{i}.go", "done": f"{tmp}/{i}.done", "load_lock": f"{tmp}/load.lock", "rounds": ROUNDS,
+                 "repeat": group.get("repeat", 1),
                  "prompts": "synthetic" if group.get("dummy") else f"{MODELS}/{group['prompts']}_prompts.json"}
         if arm in group.get("profile", []):
             bench["profile"] = f"{tmp}/prof-{arm}"
@@ -189,8 +191,8 @@ def run_group(group, tmp):
         t = time.time()
         while not os.path.exists(bench["ready"]) and proc.poll() is None and time.time() - t < 600:
             time.sleep(0.2)
-    for r in range(ROUNDS):  # one arm at a time on the GPU, arm after arm, round after round
-        for arm, bench, _, proc in procs:
+    for r in range(ROUNDS):  # one arm at a time on the GPU, arm after arm (every other round in reverse)
+        for arm, bench, _, proc in (procs if r % 2 == 0 else procs[::-1]):
             if proc.poll() is not None:
                 continue
             open(f"{bench['go']}.{r}", "w").close()

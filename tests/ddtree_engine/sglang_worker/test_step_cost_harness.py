@@ -1,0 +1,119 @@
+"""benchmarks/sglang_h200/step_cost.py's orchestration, on the CPU against a stand-in `sglang.Engine`.
+
+The H200 runs are few and short, so the harness's own logic is checked here: every arm measured
+ROUNDS times, one at a time, arm after arm (odd rounds in reverse), the median round kept, each
+round's figure printed, profiles only after all rounds, and the outputs compared with the group's
+first arm. The stand-in engine records which arm generated when; it is not SGLang (that runs on
+the H200 only), so nothing here measures speed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+STEP_COST = REPO / "benchmarks/sglang_h200/step_cost.py"
+
+FAKE_SGLANG = r'''
+import json, os, time
+
+
+def _arm(kw):
+    algo = kw.get("speculative_algorithm")
+    return "dflash" if algo == "DFLASH" else f"ddtree-{kw['speculative_ddtree_budget']}" if algo else "ar"
+
+
+class Engine:
+    def __init__(self, server_args=None, **kw):
+        self.kw = dict(server_args or kw)
+        self.arm = _arm(self.kw)
+
+    def generate(self, input_ids, sampling_params):
+        n = sampling_params["max_new_tokens"]
+        with open(os.environ["FAKE_LOG"], "a") as log:
+            log.write(json.dumps({"arm": self.arm, "n": n, "t": time.time()}) + "\n")
+        time.sleep(0.002)
+        ids = [(sum(input_ids) + i) % 97 for i in range(min(n, 12))]
+        if self.arm == "ddtree-8" and input_ids[0] == 4:
+            ids[-1] += 1  # one prompt whose output differs from the first arm's
+        return {"output_ids": ids, "meta_info": {"spec_verify_ct": max(1, len(ids) // 3)}}
+
+    def start_profile(self, output_dir, **kw):
+        with open(os.environ["FAKE_LOG"], "a") as log:
+            log.write(json.dumps({"arm": self.arm, "profile": True, "t": time.time()}) + "\n")
+
+    def shutdown(self):
+        pass
+'''
+
+
+def run_harness(tmp_path, groups, rounds):
+    fake = tmp_path / "fake"
+    (fake / "sglang/srt").mkdir(parents=True)
+    (fake / "sglang/__init__.py").write_text(FAKE_SGLANG)
+    (fake / "sglang/srt/__init__.py").write_text("")
+    (fake / "sglang/srt/plugins.py").write_text("def load_plugins():\n    pass\n")
+    (fake / "sglang/srt/server_args.py").write_text("class ServerArgs(dict):\n    def __init__(self, **kw):\n        dict.__init__(self, **kw)\n")
+    models = tmp_path / "models"
+    models.mkdir()
+    prompts = [{"name": "a", "prompt_ids": [1, 2, 3]}, {"name": "b", "prompt_ids": [4, 5]}]
+    (models / "lab_prompts.json").write_text(json.dumps(prompts))
+    log = tmp_path / "gen.log"
+    env = dict(os.environ, PYTHONPATH=str(fake), ROUNDS=str(rounds), ARM_TIMEOUT_S="60", FAKE_LOG=str(log))
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(STEP_COST), str(models), str(out), json.dumps(groups)],
+                          capture_output=True, text=True, env=env, timeout=240, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    return json.loads((out / "sglang_h200_step_cost.json").read_text()), events, proc.stdout
+
+
+def measured_runs(events, n_tokens):
+    """(arm, decodes) for each run of consecutive decodes of n_tokens by one arm, in time order."""
+    runs = []
+    for e in events:
+        if e.get("n") != n_tokens:
+            continue
+        if runs and runs[-1][0] == e["arm"]:
+            runs[-1] = (e["arm"], runs[-1][1] + 1)
+        else:
+            runs.append((e["arm"], 1))
+    return runs
+
+
+def test_arms_are_measured_one_at_a_time_round_after_round_with_odd_rounds_reversed(tmp_path):
+    groups = [{"model": "lab", "prompts": "lab", "repeat": 2, "arms": ["dflash", "ddtree-graph-15-8", "ddtree-graph-8-4"],
+               "profile": ["ddtree-graph-15-8"]}]
+    results, events, stdout = run_harness(tmp_path, groups, rounds=3)
+    # Decodes of 256 tokens: a round is 2 prompts x repeat 2 = 4 per arm, round 0 warms up with 2 more.
+    # Rounds 0 and 2 run the arms in order, round 1 in reverse (an arm ending one round starts the next).
+    assert measured_runs(events, 256) == [("dflash", 6), ("ddtree-15", 6), ("ddtree-8", 6 + 4), ("ddtree-15", 4),
+                                          ("dflash", 4 + 4), ("ddtree-15", 4), ("ddtree-8", 4)]
+    # Profiles start only after every arm's last round.
+    last_measured = max(e["t"] for e in events if e.get("n") == 256)
+    profiles = [e for e in events if e.get("profile")]
+    assert [e["arm"] for e in profiles] == ["ddtree-15"] and profiles[0]["t"] > last_measured
+    by_arm = {r["arm"]: r for r in results}
+    for r in results:
+        assert r["rc"] == 0 and len(r["rounds"]) == 3 and len(r["step_ms_rounds"]) == 3
+        assert r["step_ms"] == sorted(r["step_ms_rounds"])[1]  # the median round's figure
+        # repeat 2: each prompt twice a round, so twice the tokens of one pass (12 + 12 per pass).
+        assert r["tokens"] == 2 * 24 and [p["name"] for p in r["per_prompt"]] == ["a", "b"]
+    # The table: every round's ms/step, and the outputs against the first arm's (ddtree-8 differs on b).
+    rows = {line.split("|")[1].strip(): line for line in stdout.splitlines() if line.startswith("| ")}
+    assert rows["ddtree-graph-15-8"].rstrip().endswith("| 2/2 |")
+    assert rows["ddtree-graph-8-4"].rstrip().endswith("| 1/2 |")
+    assert " ".join(f"{x:.2f}" for x in by_arm["dflash"]["step_ms_rounds"]) in rows["dflash"]
+
+
+def test_synthetic_groups_measure_every_round_and_keep_one_figure_per_arm(tmp_path):
+    groups = [{"model": "q35-4b", "dummy": True, "arms": ["dflash", "ddtree-graph-15-8"]}]
+    results, events, _ = run_harness(tmp_path, groups, rounds=2)
+    # Two timed 257-token decodes per arm and round; round 1 reversed.
+    assert measured_runs(events, 257) == [("dflash", 2), ("ddtree-15", 2 + 2), ("dflash", 2)]
+    for r in results:
+        assert len(r["step_ms_rounds"]) == 2 and r["steps"] == 4 and "per_prompt" not in r
