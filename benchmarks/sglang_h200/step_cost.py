@@ -4,7 +4,8 @@ Each arm is its own sglang.Engine in its own process. The arms of a group start 
 time (a file lock: SGLang sizes its pools from the free memory it sees around its own load) and are then
 measured one after another, each alone on the GPU while the others sleep, so every ratio compares arms
 measured minutes apart in the same run; ROUNDS=N measures every arm N times, arm after arm, and keeps each arm's
-median round (every round's figure is printed; odd rounds run the arms in reverse order). ARM_TIMEOUT_S bounds one arm's measurement; LOG_LEVEL=info shows
+median round (the lower middle one for an even N; every round's figure is printed; odd rounds run the arms in
+reverse order; a round finished counts even if the arm dies later). ARM_TIMEOUT_S bounds one arm's measurement; LOG_LEVEL=info shows
 SGLang's decode-batch lines in the per-arm logs (a folder under /tmp, tarred into OUT_DIR/logs.tgz).
 
     python step_cost.py MODELS_DIR OUT_DIR GROUPS_JSON
@@ -46,13 +47,13 @@ else:
 load_s = time.time() - t0
 fcntl.flock(lock, fcntl.LOCK_UN)
 open(bench["ready"], "w").close()
-def wait_for(path):
-    deadline = time.time() + 900
+parent = os.getppid()
+def wait_for(path):  # as long as the parent lives: other arms' rounds may take long
     while not os.path.exists(path):
-        if time.time() > deadline:
-            raise SystemExit(f"never told to go ({path})")
+        if os.getppid() != parent:
+            raise SystemExit(f"the parent left before {path}")
         time.sleep(0.02)
-out = {"load_s": load_s, "rounds": []}
+out = {"load_s": load_s}
 def gen(ids, n, ignore_eos):
     t = time.perf_counter()
     o = eng.generate(input_ids=ids, sampling_params={"temperature": 0, "max_new_tokens": n, "ignore_eos": ignore_eos})
@@ -84,21 +85,20 @@ def measure(first):
                 step_ms=total_t / total_steps * 1e3, tokens_per_step=total_n / total_steps, tok_per_s=total_n / total_t)
 try:
     # Rounds: the parent lets one arm at a time measure, arm after arm, round after round (so a slow
-    # stretch of the GPU or host falls on every arm alike); the arm's figures are its median round's.
+    # stretch of the GPU or host falls on every arm alike). Each round's figures go to its done file
+    # (written whole, then renamed), which the parent reads: a round finished survives a later kill.
     for r in range(bench.get("rounds", 1)):
         wait_for(f"{bench['go']}.{r}")
         m = measure(r == 0)
-        if r:
-            m.pop("per_prompt", None)  # the outputs once (round 0) are enough
-        out["rounds"].append(m)
-        open(f"{bench['done']}.{r}", "w").close()
-    by_step = sorted(out["rounds"], key=lambda m: m["step_ms"])
-    out.update({k: v for k, v in by_step[len(by_step) // 2].items() if k != "per_prompt"})
-    if "per_prompt" in out["rounds"][0]:
-        out["per_prompt"] = out["rounds"][0].pop("per_prompt")
-    out["step_ms_rounds"] = [m["step_ms"] for m in out["rounds"]]
+        if r == 0 and "per_prompt" in m:
+            out["per_prompt"] = m.pop("per_prompt")  # the outputs once (round 0) are enough
+        with open(f"{bench['done']}.{r}.tmp", "w") as f:
+            json.dump(m, f)
+        os.rename(f"{bench['done']}.{r}.tmp", f"{bench['done']}.{r}")
+    # The end: the parent opens it for one arm at a time, after every arm's last round, so a profile
+    # and an engine's shutdown never overlap another arm's measurement.
+    wait_for(f"{bench['go']}.end")
     if bench.get("profile"):
-        wait_for(f"{bench['go']}.profile")
         # A short prompt: the trace's first step is its prefill, so it should cost about one decode step.
         prompt = [(i * 7919) % 150000 + 10 for i in range(8)] if bench["prompts"] == "synthetic" else json.load(open(bench["prompts"]))[0]["prompt_ids"]
         os.makedirs(bench["profile"], exist_ok=True)
@@ -204,13 +204,15 @@ def run_group(group, tmp):
                 time.sleep(0.05)
     results = []
     for i, (arm, bench, _, proc) in enumerate(procs):
-        open(f"{bench['go']}.profile", "w").close()  # profile arms trace now, alone on the GPU; then all exit
+        # One arm at a time: a profile arm traces alone on the GPU, then each engine shuts down before the next.
+        open(f"{bench['go']}.end", "w").close()
         try:
             stdout, _ = proc.communicate(timeout=ARM_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             proc.kill(); stdout = ""
         line = next((l for l in stdout.splitlines() if l.startswith("RESULT ")), None)
         res = {"model": group["model"], "arm": arm, "rc": proc.returncode, **(json.loads(line[7:]) if line else {})}
+        res.update(summarize([json.load(open(f"{bench['done']}.{r}")) for r in range(ROUNDS) if os.path.exists(f"{bench['done']}.{r}")]))
         if not line or proc.returncode not in (0, None):
             res["err"] = open(f"{tmp}/{i}.log").read()[-4000:]
         if bench.get("profile") and os.path.isdir(bench["profile"]):
@@ -221,6 +223,15 @@ def run_group(group, tmp):
     return results
 
 
+def summarize(rounds):
+    """An arm's figures from its finished rounds: the median round's (the lower middle one for an even
+    count), every round's ms/step, and the rounds themselves; {} when none finished."""
+    if not rounds:
+        return {}
+    median = sorted(rounds, key=lambda m: m["step_ms"])[(len(rounds) - 1) // 2]
+    return {**median, "step_ms_rounds": [m["step_ms"] for m in rounds], "rounds": rounds}
+
+
 def ratios(results):
     """Per model a markdown table: each arm's median-round figures, the ratios to DFLASH, every round's
     ms/step, and on real prompts whether its outputs equal the group's first arm's (all T = 0)."""
@@ -229,7 +240,7 @@ def ratios(results):
         rows = {r["arm"]: r for r in results if r["model"] == model and "step_ms" in r}
         ref = rows.get("dflash-nograph") or rows.get("dflash")
         graphed = rows.get("dflash")
-        first = next(iter(rows.values()), None)
+        first = next(r for r in results if r["model"] == model)  # the group's first arm, whether it ran or not
         lines.append(f"## {model}")
         lines.append("| arm | ms/step | tokens/step | tok/s | step vs dflash-nograph | step vs dflash (graphs) | tok/s vs dflash-nograph "
                      "| tok/s vs dflash (graphs) | ms/step each round | outputs = first arm's |")
@@ -248,10 +259,11 @@ def ratios(results):
 
 os.makedirs(OUT, exist_ok=True)
 import atexit
-atexit.register(lambda: subprocess.run(f"tar czf {OUT}/logs.tgz /tmp/stepcost-* 2>/dev/null", shell=True))
+TMP = os.environ.get("STEP_COST_TMP", "/tmp")  # where the arms' logs, signal files and traces go
+atexit.register(lambda: subprocess.run(f"tar czf {OUT}/logs.tgz {TMP}/stepcost-* 2>/dev/null", shell=True))
 all_results = []
-for g in GROUPS:
-    tmp = f"/tmp/stepcost-{g['model']}-{int(time.time())}"
+for n, g in enumerate(GROUPS):
+    tmp = f"{TMP}/stepcost-{g['model']}-{int(time.time())}-{n}"
     os.makedirs(tmp, exist_ok=True)
     all_results += run_group(g, tmp)
     json.dump(all_results, open(f"{OUT}/sglang_h200_step_cost.json", "w"), indent=1)

@@ -302,6 +302,12 @@ def test_the_pool_sizing_the_shortfall_wrapper_wraps_raises_what_it_matches():
     assert f"rest_memory = self.{method}(rest_memory)" in caller
     after = caller[caller.index(f"self.{method}(rest_memory)"):]
     assert "if rest_memory <= 0:" in after and fit.LEFT_NOTHING in after[:1500]
+    assert "return int(rest_memory * (1 << 30))" in after  # GB in and out: the wrapper compares GB
+    # fit.verify_states_gb prices the verify states as the radix-cache-off path reserves them.
+    body = " ".join(ast.get_source_segment(source, fn).split())
+    assert ("intermediate_size = ( stage_per_req * (get_schedule().max_mamba_cache_size + 1) "
+            "* get_spec().speculative_num_draft_tokens )") in body
+    assert "get_exec().mamba.enable_linear_replayssm_spec" in body and "mamba2_cache_params.mamba_cache_per_req" in body
     # What ddtree_message reads from SGLang's runtime context.
     _, context = module_source("sglang.srt.runtime_context")
     assert {"get_spec", "get_schedule"} <= top_level_names(ast.parse(context))

@@ -27,15 +27,24 @@ def _arm(kw):
     return "dflash" if algo == "DFLASH" else f"ddtree-{kw['speculative_ddtree_budget']}" if algo else "ar"
 
 
+def _log(**event):
+    with open(os.environ["FAKE_LOG"], "a") as log:
+        log.write(json.dumps({**event, "t": time.time()}) + "\n")
+
+
 class Engine:
     def __init__(self, server_args=None, **kw):
         self.kw = dict(server_args or kw)
         self.arm = _arm(self.kw)
+        self.decodes = 0
 
     def generate(self, input_ids, sampling_params):
         n = sampling_params["max_new_tokens"]
-        with open(os.environ["FAKE_LOG"], "a") as log:
-            log.write(json.dumps({"arm": self.arm, "n": n, "t": time.time()}) + "\n")
+        if n >= 256:
+            self.decodes += 1
+            if self.arm == os.environ.get("FAKE_DIE_ARM") and self.decodes > int(os.environ["FAKE_DIE_AFTER"]):
+                os._exit(3)  # the engine dies mid-round
+        _log(arm=self.arm, n=n)
         time.sleep(0.002)
         ids = [(sum(input_ids) + i) % 97 for i in range(min(n, 12))]
         if self.arm == "ddtree-8" and input_ids[0] == 4:
@@ -43,15 +52,14 @@ class Engine:
         return {"output_ids": ids, "meta_info": {"spec_verify_ct": max(1, len(ids) // 3)}}
 
     def start_profile(self, output_dir, **kw):
-        with open(os.environ["FAKE_LOG"], "a") as log:
-            log.write(json.dumps({"arm": self.arm, "profile": True, "t": time.time()}) + "\n")
+        _log(arm=self.arm, profile=True)
 
     def shutdown(self):
-        pass
+        _log(arm=self.arm, shutdown=True)
 '''
 
 
-def run_harness(tmp_path, groups, rounds):
+def run_harness(tmp_path, groups, rounds, **env_extra):
     fake = tmp_path / "fake"
     (fake / "sglang/srt").mkdir(parents=True)
     (fake / "sglang/__init__.py").write_text(FAKE_SGLANG)
@@ -63,7 +71,8 @@ def run_harness(tmp_path, groups, rounds):
     prompts = [{"name": "a", "prompt_ids": [1, 2, 3]}, {"name": "b", "prompt_ids": [4, 5]}]
     (models / "lab_prompts.json").write_text(json.dumps(prompts))
     log = tmp_path / "gen.log"
-    env = dict(os.environ, PYTHONPATH=str(fake), ROUNDS=str(rounds), ARM_TIMEOUT_S="60", FAKE_LOG=str(log))
+    env = dict(os.environ, PYTHONPATH=str(fake), ROUNDS=str(rounds), ARM_TIMEOUT_S="60", FAKE_LOG=str(log),
+               STEP_COST_TMP=str(tmp_path), **env_extra)
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, str(STEP_COST), str(models), str(out), json.dumps(groups)],
                           capture_output=True, text=True, env=env, timeout=240, cwd=tmp_path)
@@ -93,10 +102,13 @@ def test_arms_are_measured_one_at_a_time_round_after_round_with_odd_rounds_rever
     # Rounds 0 and 2 run the arms in order, round 1 in reverse (an arm ending one round starts the next).
     assert measured_runs(events, 256) == [("dflash", 6), ("ddtree-15", 6), ("ddtree-8", 6 + 4), ("ddtree-15", 4),
                                           ("dflash", 4 + 4), ("ddtree-15", 4), ("ddtree-8", 4)]
-    # Profiles start only after every arm's last round.
+    # Profiles and shutdowns only after every arm's last round, one arm after another.
     last_measured = max(e["t"] for e in events if e.get("n") == 256)
     profiles = [e for e in events if e.get("profile")]
     assert [e["arm"] for e in profiles] == ["ddtree-15"] and profiles[0]["t"] > last_measured
+    ends = [(e["arm"], "profile" if e.get("profile") else "shutdown") for e in events if e.get("profile") or e.get("shutdown")]
+    assert ends == [("dflash", "shutdown"), ("ddtree-15", "profile"), ("ddtree-15", "shutdown"), ("ddtree-8", "shutdown")]
+    assert min(e["t"] for e in events if e.get("shutdown")) > last_measured
     by_arm = {r["arm"]: r for r in results}
     for r in results:
         assert r["rc"] == 0 and len(r["rounds"]) == 3 and len(r["step_ms_rounds"]) == 3
@@ -117,3 +129,20 @@ def test_synthetic_groups_measure_every_round_and_keep_one_figure_per_arm(tmp_pa
     assert measured_runs(events, 257) == [("dflash", 2), ("ddtree-15", 2 + 2), ("dflash", 2)]
     for r in results:
         assert len(r["step_ms_rounds"]) == 2 and r["steps"] == 4 and "per_prompt" not in r
+        assert r["step_ms"] == min(r["step_ms_rounds"])  # an even count: the lower middle round
+    # One arm at a time ends, after both arms' rounds (ROUNDS=1 would otherwise overlap them).
+    last_measured = max(e["t"] for e in events if e.get("n") == 257)
+    assert min(e["t"] for e in events if e.get("shutdown")) > last_measured
+
+
+def test_an_arm_that_dies_mid_round_keeps_its_finished_rounds_and_the_others_go_on(tmp_path):
+    groups = [{"model": "lab", "prompts": "lab", "arms": ["dflash", "ddtree-graph-8-4", "ddtree-graph-15-8"]}]
+    # ddtree-8 dies on its first decode of round 1 (round 0: 2 warm-up + 2 measured decodes).
+    results, events, stdout = run_harness(tmp_path, groups, rounds=3, FAKE_DIE_ARM="ddtree-8", FAKE_DIE_AFTER="4")
+    by_arm = {r["arm"]: r for r in results}
+    dead = by_arm["ddtree-graph-8-4"]
+    assert dead["rc"] == 3 and len(dead["step_ms_rounds"]) == 1 and "err" in dead
+    for arm in ("dflash", "ddtree-graph-15-8"):
+        assert by_arm[arm]["rc"] == 0 and len(by_arm[arm]["step_ms_rounds"]) == 3
+    assert measured_runs(events, 256)[-1] == ("ddtree-15", 2)  # round 2 ran without the dead arm
+    assert "| ddtree-graph-8-4 |" in stdout

@@ -43,12 +43,16 @@ def install() -> bool:
     return True
 
 
-def explain_mamba_shortfall(original, configurator, *args, message_for=None, **kwargs):
+def explain_mamba_shortfall(original, configurator, *args, message_for=None, verify_gb_for=None, **kwargs):
     """Call SGLang's pool sizing; turn its hybrid-state shortfall into DDTREE's message (module doc).
 
     Args:
         original: `KVCacheConfigurator._handle_max_mamba_cache`; configurator: its instance.
         message_for: (configurator, sglang_message) -> message or None; `ddtree_message` by default.
+        verify_gb_for: (configurator) -> GB of per-row verify states SGLang subtracted; `verify_states_gb`
+            by default. DDTREE's message replaces a rest left <= 0 only when these states are what took
+            it there: a pool that the weights, or the persistent states alone, leave no room for is
+            SGLang's to report (a smaller budget would not help).
     """
     try:
         rest = original(configurator, *args, **kwargs)
@@ -61,12 +65,35 @@ def explain_mamba_shortfall(original, configurator, *args, message_for=None, **k
         raise RuntimeError(message) from exc
     before = args[0] if args else kwargs.get("total_rest_memory")
     if isinstance(before, (int, float)) and isinstance(rest, (int, float)) and before > 0 >= rest:
-        said = (f"{LEFT_NOTHING}: the hybrid state pool and its per-row verify states take {before - rest:.2f} GB "
-                f"of the {before:.2f} GB left after the weights")
-        message = (message_for or ddtree_message)(configurator, said)
-        if message is not None:
-            raise RuntimeError(message)
+        verify = (verify_gb_for or verify_states_gb)(configurator)
+        if rest + verify > 0:
+            # Not SGLang's words: its caller would say the weights leave no memory (LEFT_NOTHING).
+            said = (f"its pool sizing left {rest:.2f} GB for the KV cache: of the {before:.2f} GB after the weights, "
+                    f"the hybrid states take {before - rest:.2f} GB, {verify:.2f} GB of it the per-row verify states")
+            message = (message_for or ddtree_message)(configurator, said)
+            if message is not None:
+                raise RuntimeError(message)
     return rest
+
+
+def verify_states_gb(configurator) -> float:
+    """GB of per-row verify states SGLang 0.5.23 subtracts in `_handle_max_mamba_cache` after it ran.
+
+    Its reservation: mamba_cache_per_req x (request slots + 1) x speculative_num_draft_tokens, the
+    slots min(max_running_requests, max_mamba_cache_size); none under ReplaySSM. 0.0 where a name
+    is missing (another release): then no rest is blamed on DDTREE.
+    """
+    try:
+        from sglang.srt.runtime_context import get_exec, get_schedule, get_spec
+
+        if get_exec().mamba.enable_linear_replayssm_spec:
+            return 0.0
+        per_req = configurator.mambaish_config.mamba2_cache_params.mamba_cache_per_req
+        schedule = get_schedule()
+        slots = min(int(schedule.max_running_requests or 1), int(schedule.max_mamba_cache_size)) + 1
+        return float(per_req) * slots * int(get_spec().speculative_num_draft_tokens) / (1 << 30)
+    except (AttributeError, ImportError, TypeError, ValueError):
+        return 0.0
 
 
 def drafter_block(draft_path) -> int:
