@@ -6,7 +6,8 @@ class SGLang's REPLACE hook installs). Settings common to all (the shared recipe
 Triton attention, page size 1, radix cache off, CUDA graphs off, bf16.
     [PAR=N] python lossless.py MODELS_DIR OUT_JSON CONFIGS_JSON   (N configurations at once)
 A configuration's "expect_error": TEXT must fail at startup with TEXT in its log (`expected_error_seen`);
-"prompts": PAIR takes another pair's prompts (the dummy-weight configs have none). A configuration's "trace": true records the DDTREE worker's per-step trace (DDTREE_TRACE); "batch": true sends
+"prompts": PAIR takes another pair's prompts (the dummy-weight configs have none); "env": {NAME: VALUE} goes to
+the engine's environment. A configuration's "trace": true records the DDTREE worker's per-step trace (DDTREE_TRACE); "batch": true sends
 all its prompts in one call (SGLang decodes them together) and compares with the pair's batched AR.
 """
 import json, os, subprocess, sys, time
@@ -65,7 +66,7 @@ def run_one(c):
     if PAR > 1:
         cfg["mem_fraction_static"] = round(0.8 / PAR, 3)
     cfg.update(c.get("extra", {}))
-    env = dict(os.environ)
+    env = dict(os.environ, **c.get("env", {}))  # e.g. the worker's switches (DDTREE_DRAFT_GRAPH_AT_BLOCK)
     trace = None
     if algo:
         cfg.update(speculative_algorithm=algo, speculative_draft_model_path=f"{MODELS}/{pair}/draft")

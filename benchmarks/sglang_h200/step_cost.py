@@ -18,7 +18,8 @@ GROUPS_JSON: [{"model": "q35-4b", "dummy": true, "arms": ["ar", "dflash", "dflas
 Arms: ar, dflash (CUDA graphs as SGLang ships them), dflash-nograph, ddtree-B-K (budget B, topk K, without CUDA
 graphs), ddtree-graph-B-K (the same with CUDA graphs on: the target's verify replays a tree-masked graph, the tree
 padded to max(block, B + 1) rows; the drafter replays its graphs only when B + 1 <= its block); an arm ending in +eagerprep runs its tree step and its walk + commit op by op (DDTREE_TREE_GRAPH=0,
-sglang_plugin/prep.py and walk_commit.py) instead of a CUDA-graph replay each. Settings common to all arms (the shared recipe's limits):
+sglang_plugin/prep.py and walk_commit.py) instead of a CUDA-graph replay each; +draftgraph captures the drafter's graphs at its block when the
+verify is wider (DDTREE_DRAFT_GRAPH_AT_BLOCK=1, worker.py). Settings common to all arms (the shared recipe's limits):
 Triton attention, page size 1, radix cache off, overlap schedule off, bf16, batch size 1.
 `profile` arms also record a torch-profiler trace of 8 decode steps, summarised per kernel (profile_summary.py).
 """
@@ -127,6 +128,8 @@ def arm_cfg(group, arm, share):
     cfg = _arm_cfg(group, arm, share)
     if variant == "eagerprep":  # the tree step launched op by op (sglang_plugin/prep.py), not one graph replay
         cfg["_env"] = {"DDTREE_TREE_GRAPH": "0"}
+    elif variant == "draftgraph":  # budgets wider than the block: the drafter's graphs at its block (worker.py)
+        cfg["_env"] = {"DDTREE_DRAFT_GRAPH_AT_BLOCK": "1"}
     elif variant:
         raise SystemExit(f"unknown arm variant {variant!r} in {arm}+{variant}")
     return cfg

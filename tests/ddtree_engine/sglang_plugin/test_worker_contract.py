@@ -283,6 +283,31 @@ def test_the_drafter_graph_choice_rides_dflash_init_cuda_graphs():
     ours_init = " ".join(function_source(worker, "init_cuda_graphs").split())
     assert "self._draft_worker.init_cuda_graphs(capture_decode_cuda_graph=False)" in ours_init
     assert "graph_width = int(get_spec().speculative_num_draft_tokens)" in ours_init
+
+
+def test_the_drafter_graph_at_its_block_rests_on_what_sglang_reads_when():
+    """DDTREE_DRAFT_GRAPH_AT_BLOCK=1 captures the drafter under get_spec().override(speculative_num_draft_tokens=
+    block): sound only while SGLang reads that width for a runner when it builds it, keeps it on the runner
+    for the capture and the replay test, and reports whether a forward replayed."""
+    ours_init = " ".join(function_source(WORKER.read_text(), "init_cuda_graphs").split())
+    assert "with get_spec().override(speculative_num_draft_tokens=self.block_size): super().init_cuda_graphs()" in ours_init
+    assert 'getattr(self.draft_model_runner, "decode_cuda_graph_runner", None)' in ours_init
+    _, context = module_source("sglang.srt.runtime_context")
+    assert "def override(self, **kwargs):" in context and "@contextmanager" in context
+    _, runner = module_source("sglang.srt.model_executor.runner.decode_cuda_graph_runner")
+    flat = " ".join(runner.split())
+    # Built: the width from the spec context (no explicit width), kept on the runner.
+    assert ("self.speculative_num_draft_tokens = ( get_spec().speculative_num_draft_tokens "
+            "if speculative_num_draft_tokens is None else speculative_num_draft_tokens )") in flat
+    assert "self.captured_req_width = model_runner.decode_num_tokens_per_req( num_draft_tokens=self.speculative_num_draft_tokens )" in flat
+    # Captured with the runner's width; replayed only for a batch of that width per request.
+    assert "draft_token_num=self.speculative_num_draft_tokens," in runner
+    assert "and spec_info.num_tokens_per_req != self.captured_req_width" in flat
+    # The block's spec info says block tokens per request; the forward says whether it replayed.
+    _, common = module_source("sglang.srt.speculative.draft_worker_common")
+    assert "def make_draft_block_spec_info(" in common
+    _, model_runner = module_source("sglang.srt.model_executor.model_runner")
+    assert "class ModelRunnerOutput:" in model_runner and "can_run_graph: bool" in model_runner
 def test_the_pool_sizing_the_shortfall_wrapper_wraps_raises_what_it_matches():
     """fit.install wraps KVCacheConfigurator._handle_max_mamba_cache and matches SGLang's shortfall
     message; a release that renames either would leave DDTREE's message silently unused."""

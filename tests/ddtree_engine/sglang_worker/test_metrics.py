@@ -39,13 +39,13 @@ def test_the_due_step_reads_once_and_logs_the_running_means():
     metrics = StepMetrics(budget=8, nodes=8, every=4)
     commits = [[3, 1], [2, 2], [5, 1], [1, 1]]  # 16 tokens over 8 request-steps
     for i, c in enumerate(commits[:-1]):
-        assert metrics.add(2, torch.tensor(c, dtype=torch.int32), graph=i > 0) is None
+        assert metrics.add(2, torch.tensor(c, dtype=torch.int32), graph=i > 0, draft_graph=i == 1) is None
     with HostReads() as seen:
         line = metrics.add(2, torch.tensor(commits[-1], dtype=torch.int32), graph=True)
     assert len(seen.reads) == 1
     assert line == (
         "DDTREE metrics: bs=2.00 budget=8 avg_actual_nodes=8.00 avg_accepted_drafts=1.000 "
-        "avg_commit_len=2.000 avg_accepted_depth=1.000 cuda_graph_steps=3/4"
+        "avg_commit_len=2.000 avg_accepted_depth=1.000 cuda_graph_steps=3/4 draft_cuda_graph_steps=1/4"
     )
     # The next window keeps the totals running, as the worker's log always did.
     for _ in range(4):

@@ -119,6 +119,17 @@ def test_graphs_only_on_cuda_with_graphs_on(monkeypatch):
     assert not graphs_wanted(torch.device("cuda", 0), False)
 
 
+def test_the_drafter_graph_at_its_block_is_off_unless_asked(monkeypatch):
+    monkeypatch.delenv(prep_mod.DRAFT_GRAPH_ENV, raising=False)
+    assert not prep_mod.draft_graph_at_block()
+    for on in ("1", "true", " On "):
+        monkeypatch.setenv(prep_mod.DRAFT_GRAPH_ENV, on)
+        assert prep_mod.draft_graph_at_block()
+    for off in ("0", "", "no"):
+        monkeypatch.setenv(prep_mod.DRAFT_GRAPH_ENV, off)
+        assert not prep_mod.draft_graph_at_block()
+
+
 def test_a_failed_capture_runs_op_by_op_from_then_on(monkeypatch, caplog):
     """A capture that raises (here: any) must not stop the server: this step and every later one
     run eagerly, with one warning."""

@@ -25,21 +25,24 @@ class StepMetrics:
         self.steps = 0
         self.requests = 0  # sum of bs over steps (host)
         self.graph_steps = 0  # steps whose target verify replayed a CUDA graph (host)
+        self.draft_graph_steps = 0  # steps whose drafter replayed a CUDA graph (host)
         self._commit: torch.Tensor | None = None  # sum of commit lengths (device)
 
-    def add(self, bs: int, commit_lens: torch.Tensor, graph: bool = False) -> str | None:
+    def add(self, bs: int, commit_lens: torch.Tensor, graph: bool = False, draft_graph: bool = False) -> str | None:
         """Count one step; return the log line when one is due (the only host read), else None.
 
         Args:
             bs: requests in the step.
             commit_lens: [bs] accepted tokens + bonus per request, on the device.
             graph: the target's verify replayed a CUDA graph (SGLang's `can_run_cuda_graph`).
+            draft_graph: the drafter's forward replayed a CUDA graph (its `can_run_graph`).
         """
         step_sum = commit_lens.sum(dtype=torch.int64)
         self._commit = step_sum if self._commit is None else self._commit + step_sum
         self.steps += 1
         self.requests += bs
         self.graph_steps += bool(graph)
+        self.draft_graph_steps += bool(draft_graph)
         if self.steps % self.every:
             return None
         return self.line()
@@ -53,5 +56,5 @@ class StepMetrics:
             f"DDTREE metrics: bs={self.requests / max(self.steps, 1):.2f} budget={self.budget} "
             f"avg_actual_nodes={self.nodes:.2f} avg_accepted_drafts={accepted / n:.3f} "
             f"avg_commit_len={commit / n:.3f} avg_accepted_depth={accepted / n:.3f} "
-            f"cuda_graph_steps={self.graph_steps}/{self.steps}"
+            f"cuda_graph_steps={self.graph_steps}/{self.steps} draft_cuda_graph_steps={self.draft_graph_steps}/{self.steps}"
         )

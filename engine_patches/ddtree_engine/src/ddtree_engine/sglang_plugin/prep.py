@@ -51,6 +51,17 @@ def graphs_wanted(device: torch.device, disable_cuda_graph: bool) -> bool:
     return os.environ.get(GRAPH_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
+# DDTREE_DRAFT_GRAPH_AT_BLOCK=1: for budgets wider than the drafter's block, the worker captures the
+# drafter's graphs at the block (worker.DDTreeWorker.init_cuda_graphs) instead of running it eager.
+# Off until it has run on a GPU.
+DRAFT_GRAPH_ENV = "DDTREE_DRAFT_GRAPH_AT_BLOCK"
+
+
+def draft_graph_at_block() -> bool:
+    """Whether DDTREE_DRAFT_GRAPH_AT_BLOCK asks for the drafter's graphs at its block (off by default)."""
+    return os.environ.get(DRAFT_GRAPH_ENV, "0").strip().lower() in ("1", "true", "yes", "on")
+
+
 class GraphPool:
     """One CUDA-graph memory pool for every capture of a worker, made on first use."""
 

@@ -26,7 +26,9 @@ CUDA graphs: SGLang captures the target's verify `speculative_num_draft_tokens` 
 tree is padded to that width with inert rows (padding.py) and SGLang replays it (the same
 `prepare_for_verify` -> `can_run_graph` path DFLASH's verify takes); otherwise it runs eager at
 the tree's own width. The drafter replays its graphs when they were captured at its block width
-(budget + 1 <= block) and runs eager otherwise (`init_cuda_graphs`).
+(budget + 1 <= block) and runs eager otherwise (`init_cuda_graphs`), unless
+DDTREE_DRAFT_GRAPH_AT_BLOCK=1 captures them at the block under a scoped spec override (not yet
+run on a GPU: off by default until it is).
 
 Supported here: greedy requests, tp 1, no dp attention, page size 1, no grammar, no logprobs,
 plain DFlash drafters. `check_supported` refuses the rest at startup with what to change.
@@ -67,7 +69,7 @@ from .commit import flattened_links
 from .memory import GdnShape, describe, describe_tree_step
 from .metrics import StepMetrics
 from .padding import pad_tree, verify_rows
-from .prep import GraphPool, TreePrep, TreePreps, graphs_wanted, verify_mask
+from .prep import DRAFT_GRAPH_ENV, GraphPool, TreePrep, TreePreps, draft_graph_at_block, graphs_wanted, verify_mask
 from .walk_commit import WalkCommit
 from .tree_shape import max_tree_nodes
 
@@ -206,15 +208,38 @@ class DDTreeWorker(DFlashWorkerV2):
         rows per request (no block-wide forward could replay them, and capturing its block-sized
         reshapes at that width is not sound), so the drafter runs eager; the target still
         captures (its verify is that wide).
+
+        With DDTREE_DRAFT_GRAPH_AT_BLOCK=1 the drafter's capture runs under
+        `get_spec().override(speculative_num_draft_tokens=block)` instead (the scheduler captured
+        the target's graphs before this, at the full width). SGLang 0.5.23 reads that width for the
+        drafter's graph runner when it builds it (`captured_req_width`: its buffers, the capture's
+        spec input, `can_run_graph`'s test against the block's spec info) and not at replay; the
+        drafter's attention backend takes its per-request rows from the spec info. Not yet run on
+        a GPU, so off by default; a runner captured at another width stops the server.
         """
         graph_width = int(get_spec().speculative_num_draft_tokens)
         if graph_width == self.block_size:
             super().init_cuda_graphs()
             return
+        if draft_graph_at_block():
+            logger.info(
+                "DDTREE: capturing the drafter's graphs at its block (%d tokens per request; the target's are %d)",
+                self.block_size, graph_width,
+            )
+            with get_spec().override(speculative_num_draft_tokens=self.block_size):
+                super().init_cuda_graphs()
+            runner = getattr(self.draft_model_runner, "decode_cuda_graph_runner", None)
+            width = getattr(runner, "captured_req_width", None)
+            if width is not None and int(width) != self.block_size:
+                raise RuntimeError(
+                    f"DDTREE: the drafter's graphs were captured {width} tokens per request, not at its block "
+                    f"{self.block_size}; unset {DRAFT_GRAPH_ENV} to run the drafter eager"
+                )
+            return
         logger.info(
             "DDTREE: the drafter runs without CUDA graphs: SGLang would capture them %d tokens per "
-            "request (budget %d + 1) and the drafter's block is %d",
-            graph_width, self.budget, self.block_size,
+            "request (budget %d + 1) and the drafter's block is %d (%s=1 captures them at the block)",
+            graph_width, self.budget, self.block_size, DRAFT_GRAPH_ENV,
         )
         with draft_pp_context(), draft_tp_context(self.draft_parallel_layout):
             self._draft_worker.init_cuda_graphs(capture_decode_cuda_graph=False)
@@ -309,7 +334,8 @@ class DDTreeWorker(DFlashWorkerV2):
         reuses both (`_tree_decode`).
 
         Returns:
-            (hidden [bs, L, H] at depths 1..L, the block's KV slots [bs * block], the window's plan).
+            (hidden [bs, L, H] at depths 1..L, the block's KV slots [bs * block], the window's plan,
+            whether the drafter replayed a CUDA graph).
         """
         device, block = self.device, self.block_size
         target_model = self.target_worker.model_runner.model
@@ -374,7 +400,7 @@ class DDTreeWorker(DFlashWorkerV2):
         hidden = draft_out.logits_output.hidden_states
         if hidden is None:
             raise RuntimeError("DDTREE: the DFlash drafter returned no hidden states")
-        return hidden.view(bs, block, -1)[:, 1:, :], draft_locs, plan
+        return hidden.view(bs, block, -1)[:, 1:, :], draft_locs, plan, bool(getattr(draft_out, "can_run_graph", False))
 
     def _tree_decode(self, batch, on_publish):
         draft_input = batch.spec_info
@@ -389,7 +415,7 @@ class DDTreeWorker(DFlashWorkerV2):
 
         # 1-2. Draft hidden states, then per request the LM head, the tree and its padded verify rows
         # on the device (prep.py: one CUDA-graph replay per batch size when graphs are on).
-        draft_hidden, draft_locs, draft_plan = self._draft_hidden(batch, draft_input, bs, prefix_lens, seq_lens_cpu)
+        draft_hidden, draft_locs, draft_plan, draft_graph = self._draft_hidden(batch, draft_input, bs, prefix_lens, seq_lens_cpu)
         roots = draft_input.bonus_tokens.view(-1)
         prep = self._prep(bs, rows)
         prep.run(draft_hidden, roots, prefix_lens)
@@ -476,14 +502,15 @@ class DDTreeWorker(DFlashWorkerV2):
             commit_lens=commit_lens,
         )
         logits_output.hidden_states = None
-        line = self._metrics.add(bs, commit_lens, graph=bool(target_out.can_run_cuda_graph))
+        line = self._metrics.add(bs, commit_lens, graph=bool(target_out.can_run_cuda_graph), draft_graph=draft_graph)
         if line is not None:
             logger.info("%s", line)
         if self._trace_path:
             draft_logits = prep.logits[..., : self.vocab_size]
             tokens = torch.stack([s.tree[0] for s in steps])
             parents = torch.stack([s.tree[1] for s in steps])
-            self._trace(prefix_lens, draft_logits, tokens, parents, choice, path, commit_lens, target_out.can_run_cuda_graph)
+            self._trace(prefix_lens, draft_logits, tokens, parents, choice, path, commit_lens, target_out.can_run_cuda_graph,
+                        draft_graph)
 
         next_draft_input = self._make_next_draft_input_decode(bonus_tokens=bonus, new_seq_lens=new_seq_lens)
         return GenerationBatchResult(
@@ -520,7 +547,7 @@ class DDTreeWorker(DFlashWorkerV2):
             req_pool_indices=batch.req_pool_indices[: commit_lens.shape[0]],
         )
 
-    def _trace(self, prefix_lens, draft_logits, tokens, parents, choice, path, commit_lens, graph) -> None:
+    def _trace(self, prefix_lens, draft_logits, tokens, parents, choice, path, commit_lens, graph, draft_graph) -> None:
         """Append this step, one JSON line per request, to DDTREE_TRACE's file."""
         with open(self._trace_path, "a") as out:
             for i in range(len(commit_lens)):
@@ -534,5 +561,6 @@ class DDTreeWorker(DFlashWorkerV2):
                     "path": path[i, :n].tolist(),
                     "commit_len": n,
                     "graph": bool(graph),
+                    "draft_graph": bool(draft_graph),
                 }
                 out.write(json.dumps(record) + "\n")
