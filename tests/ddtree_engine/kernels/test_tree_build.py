@@ -156,3 +156,37 @@ def test_real_budgets_on_the_gpu(budget, topk):
         vals, ids = topk_reference.sorted_topk_logprobs(logits, topk)
         got = _kernel_arrays(vals, ids, budget, 11, 0)
         _assert_same(f"{name} b{budget} k{topk}", got, reference.build_tree_arrays(vals, ids, budget, 11, 0))
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("num_warps", [2, 4, 8])
+def test_more_warps_give_the_same_trees_on_the_gpu(num_warps):
+    """The build kernel's heap lives in a global workspace that one program's warps share: with more
+    than one warp (measured faster at large budgets, bench_tree_step.py) every tree shape, random
+    shapes and the real budgets must still give the reference's arrays. Decides whether the kernel
+    may take more warps (it takes 1 today)."""
+    def arrays(vals, ids, budget, root, spine):
+        out = kernel.build_tree_arrays(vals.to(DEVICE), ids.to(DEVICE), budget, torch.tensor([root], device=DEVICE), spine,
+                                       num_warps=num_warps)
+        return tuple(a.cpu() for a in out)
+
+    for name, (logits, budget, topk, spine) in CASES.items():
+        k = min(topk, budget, logits.shape[1])
+        vals, ids = topk_reference.sorted_topk_logprobs(logits, k)
+        _assert_same(f"{name}, {num_warps} warps", arrays(vals, ids, budget, 5, spine),
+                     reference.build_tree_arrays(vals, ids, budget, 5, spine))
+    for seed in range(16):
+        g = torch.Generator().manual_seed(300 + seed)
+        depths, budget = int(torch.randint(1, 16, (1,), generator=g)), int(torch.randint(1, 300, (1,), generator=g))
+        k = min(int(torch.randint(1, 9, (1,), generator=g)), budget)
+        logits = _tied(depths, 40, seed) if seed % 3 == 0 else _randn(depths, 40, seed)
+        vals, ids = topk_reference.sorted_topk_logprobs(logits, k)
+        _assert_same(f"seed {seed}, {num_warps} warps", arrays(vals, ids, budget, 3, 0),
+                     reference.build_tree_arrays(vals, ids, budget, 3, 0))
+    for budget, topk in [(15, 8), (64, 8), (256, 8), (256, 4), (100, 16)]:
+        depths = 15 if topk <= 8 else 14
+        for name, logits in {"random": _randn(depths, 1000, budget), "ties": _tied(depths, 1000, budget)}.items():
+            vals, ids = topk_reference.sorted_topk_logprobs(logits, topk)
+            _assert_same(f"{name} b{budget} k{topk}, {num_warps} warps", arrays(vals, ids, budget, 11, 0),
+                         reference.build_tree_arrays(vals, ids, budget, 11, 0))
