@@ -252,8 +252,8 @@ def ratios(results):
             cells = [f"{r['step_ms']:.2f}", f"{r['tokens_per_step']:.2f}", f"{r['tok_per_s']:.1f}"]
             for base, key in ((ref, "step_ms"), (graphed, "step_ms"), (ref, "tok_per_s"), (graphed, "tok_per_s")):
                 cells.append(f"{r[key] / base[key]:.3f}" if base else "-")
-            cells.append(" ".join(f"{x:.2f}" for x in r.get("step_ms_rounds", [r["step_ms"]])))
-            mine, theirs = r.get("per_prompt"), (first or {}).get("per_prompt")
+            cells.append(" ".join(f"{x:.2f}" for x in r["step_ms_rounds"]))
+            mine, theirs = r.get("per_prompt"), first.get("per_prompt")
             same = [a["ids"] == b["ids"] for a, b in zip(mine, theirs)] if mine and theirs else []
             cells.append(f"{sum(same)}/{len(same)}" if same else "-")
             lines.append(f"| {arm} | " + " | ".join(cells) + " |")

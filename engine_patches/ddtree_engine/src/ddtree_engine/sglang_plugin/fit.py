@@ -8,9 +8,9 @@ before it allocates the pools (`Scheduler.init_model_worker`: draft worker, then
 module is not hooked at plugin load: importing it there would pull SGLang's model stack into every
 process. For DDTREE the wrapper re-raises with the per-request figure of `memory.shortfall_message`
 and the flags that change it; every other error passes through untouched. When SGLang's sizing
-returns no memory left for the KV cache from a positive rest (the hybrid states took all of it: the path
-with --max-running-requests set, which raises nothing itself and lets its caller blame the weights), the
-wrapper raises DDTREE's message there too.
+returns no memory left for the KV cache from a positive rest and the per-row verify states are what
+took it there (the path with --max-running-requests set, which raises nothing itself and lets its
+caller blame the weights), the wrapper raises DDTREE's message there too.
 """
 
 from __future__ import annotations

@@ -44,11 +44,18 @@ GRAPH_ENV = "DDTREE_TREE_GRAPH"
 logger = logging.getLogger(__name__)
 
 
+def env_switch(name: str, default: bool) -> bool:
+    """An on/off environment switch: it leaves its default only for an explicit word (1/true/yes/on
+    turns a switch that is off by default on, 0/false/no/off turns one that is on by default off)."""
+    value = os.environ.get(name, "").strip().lower()
+    return value not in ("0", "false", "no", "off") if default else value in ("1", "true", "yes", "on")
+
+
 def graphs_wanted(device: torch.device, disable_cuda_graph: bool) -> bool:
     """Whether the tree step on `device` replays CUDA graphs (CUDA, graphs on, not switched off)."""
     if device.type != "cuda" or disable_cuda_graph:
         return False
-    return os.environ.get(GRAPH_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return env_switch(GRAPH_ENV, default=True)
 
 
 # DDTREE_DRAFT_GRAPH_AT_BLOCK=1: for budgets wider than the drafter's block, the worker captures the
@@ -59,7 +66,7 @@ DRAFT_GRAPH_ENV = "DDTREE_DRAFT_GRAPH_AT_BLOCK"
 
 def draft_graph_at_block() -> bool:
     """Whether DDTREE_DRAFT_GRAPH_AT_BLOCK asks for the drafter's graphs at its block (off by default)."""
-    return os.environ.get(DRAFT_GRAPH_ENV, "0").strip().lower() in ("1", "true", "yes", "on")
+    return env_switch(DRAFT_GRAPH_ENV, default=False)
 
 
 class GraphPool:
