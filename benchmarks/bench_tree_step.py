@@ -16,7 +16,7 @@ Budgets 15 (topk 8), 22, 64, 256 (topk 8). Ratios printed: kernel graph / argmax
 
 Then the top-K pass on its own (K = 8, same logits), eager and in a CUDA graph, at 2048 / 4096 /
 8192 tokens per program (4096 is the default), against the argmax, as ratios from this run. Last, the
-build kernel at budgets 64 and 256 in a CUDA graph with 1, 2, 4 and 8 warps (it takes 1), each checked against the 1-warp tree.
+build kernel at budgets 64 and 256 in a CUDA graph with 1, 2, 4 and 8 warps (it takes kernel.default_warps: 1 below budget 128, 4 from it), each checked against the 1-warp tree.
 
     python benchmarks/bench_tree_step.py [--out DIR]   (JSON to DIR, else $OUT, else benchmarks/results/)
 """

@@ -26,11 +26,15 @@ cost-rounds (step_cost.py, with ROUNDS=3): the same after the 4B group of cost-n
   DFLASH (8.55 ms DFLASH against 7.21 and 7.47 in earlier runs): every arm measured three times, interleaved; the
   lab pair first (tok/s and outputs; each prompt 4 times a round since run 5's rounds of ~1000 tokens were
   noisy), then 4B, then the 1B-class DFLASH and 15/8.
-draftgraph (lossless.py): DDTREE_DRAFT_GRAPH_AT_BLOCK=1 (the drafter's graphs at its block when the verify is
-  wider; not yet run on a GPU) on the lab pair at 32/8 and 20/8 with traces (each step's draft_graph flag),
-  beside 32/8 with the drafter eager: equal to AR, the same verify steps.
+draftgraph (lossless.py): the drafter's graphs at its block when the verify is wider (on by default since
+  2026-12-01, when this plan ran with DDTREE_DRAFT_GRAPH_AT_BLOCK=1: 8/8 equal AR, the eager drafter's verify
+  steps, the drafter replayed on every step) on the lab pair at 32/8 and 20/8 with traces (each step's
+  draft_graph flag), beside 32/8 with the drafter eager (DDTREE_DRAFT_GRAPH_AT_BLOCK=0).
 cost-draftgraph (step_cost.py, ROUNDS=3): 31/8 with the drafter's graphs at its block beside the drafter eager
-  and DFLASH, 4B-class and lab pair (issue 12's 31/8 <= 1.25x).
+  (+eagerdraft) and DFLASH, 4B-class and lab pair (issue 12's 31/8 <= 1.25x).
+cost-host (step_cost.py, ROUNDS=3): where the lab pair's extra ~1 ms per DDTREE step goes (run 7: 5.75 ms
+  against DFLASH's 4.73): the lab pair's DFLASH and 15/8 with profiles (host gaps, CUDA calls per step), each
+  prompt 4 times a round, then the 4B-class DFLASH and 15/8 again.
 cost-rest (step_cost.py): what issue 12 still lacks with graphs on: the lab pair on its prompts (tok/s, the 1.15x
   bar) with the walk + commit graph (770e312; beside it op by op), and the 1B-class hybrid, beside DFLASH.
 """
@@ -121,17 +125,24 @@ def cost_rounds():
 
 
 def draftgraph():
-    at_block = {"extra": {"disable_cuda_graph": False}, "env": {"DDTREE_DRAFT_GRAPH_AT_BLOCK": "1"}}
+    graphs_on = {"disable_cuda_graph": False}
     return [{"label": "lab ar", "pair": "lab"},
-            ddtree("lab ddtree 32/8 graph", "lab", 32, 8, trace=True, extra={"disable_cuda_graph": False}),
-            ddtree("lab ddtree 32/8 graph draftgraph", "lab", 32, 8, trace=True, **at_block),
-            ddtree("lab ddtree 20/8 graph draftgraph", "lab", 20, 8, trace=True, **at_block)]
+            ddtree("lab ddtree 32/8 graph eager drafter", "lab", 32, 8, trace=True, extra=graphs_on,
+                   env={"DDTREE_DRAFT_GRAPH_AT_BLOCK": "0"}),
+            ddtree("lab ddtree 32/8 graph draftgraph", "lab", 32, 8, trace=True, extra=graphs_on),
+            ddtree("lab ddtree 20/8 graph draftgraph", "lab", 20, 8, trace=True, extra=graphs_on)]
 
 
 def cost_draftgraph():
-    arms = ["dflash", "ddtree-graph-31-8", "ddtree-graph-31-8+draftgraph"]
+    arms = ["dflash", "ddtree-graph-31-8+eagerdraft", "ddtree-graph-31-8"]
     return [{"model": "q35-4b", "dummy": True, "arms": arms},
             {"model": "lab", "prompts": "lab", "repeat": 4, "arms": arms}]
+
+
+def cost_host():
+    return [{"model": "lab", "prompts": "lab", "repeat": 4, "arms": ["dflash", "ddtree-graph-15-8"],
+             "profile": ["dflash", "ddtree-graph-15-8"]},
+            {"model": "q35-4b", "dummy": True, "arms": ["dflash", "ddtree-graph-15-8"]}]
 
 
 def cost_prep():
@@ -167,5 +178,5 @@ if __name__ == "__main__":
     plans = {"grid": grid, "cost": cost, "graph": graph, "cost-graph": cost_graph, "rerun": rerun,
              "q3-rest": q3_rest, "cost-rest": cost_rest, "graph+q3": lambda: graph() + q3_rest(),
              "cost-prep": cost_prep, "cost-now": cost_now, "cost-rounds": cost_rounds, "draftgraph": draftgraph,
-             "cost-draftgraph": cost_draftgraph, "batch": batch, "next": lambda: graph() + batch() + fit(), "fit": fit}
+             "cost-draftgraph": cost_draftgraph, "cost-host": cost_host, "batch": batch, "next": lambda: graph() + batch() + fit(), "fit": fit}
     print(json.dumps(plans[sys.argv[1]](*sys.argv[2:])))

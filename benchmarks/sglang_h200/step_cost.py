@@ -5,7 +5,8 @@ time (a file lock: SGLang sizes its pools from the free memory it sees around it
 measured one after another, each alone on the GPU while the others sleep, so every ratio compares arms
 measured minutes apart in the same run; ROUNDS=N measures every arm N times, arm after arm, and keeps each arm's
 median round (the lower middle one for an even N; every round's figure is printed; odd rounds run the arms in
-reverse order; a round finished counts even if the arm dies later). ARM_TIMEOUT_S bounds one arm's measurement; LOG_LEVEL=info shows
+reverse order; a round finished counts even if the arm dies later; each round's ms/step is printed as it ends and
+kept in OUT_DIR/sglang_h200_step_cost.partial.json, so a run cut short keeps its rounds). ARM_TIMEOUT_S bounds one arm's measurement; LOG_LEVEL=info shows
 SGLang's decode-batch lines in the per-arm logs (a folder under /tmp, tarred into OUT_DIR/logs.tgz).
 
     python step_cost.py MODELS_DIR OUT_DIR GROUPS_JSON
@@ -17,9 +18,9 @@ GROUPS_JSON: [{"model": "q35-4b", "dummy": true, "arms": ["ar", "dflash", "dflas
          tokens: tokens per step and tok/s are real; "repeat": N decodes each prompt N times a round.
 Arms: ar, dflash (CUDA graphs as SGLang ships them), dflash-nograph, ddtree-B-K (budget B, topk K, without CUDA
 graphs), ddtree-graph-B-K (the same with CUDA graphs on: the target's verify replays a tree-masked graph, the tree
-padded to max(block, B + 1) rows; the drafter replays its graphs only when B + 1 <= its block); an arm ending in +eagerprep runs its tree step and its walk + commit op by op (DDTREE_TREE_GRAPH=0,
-sglang_plugin/prep.py and walk_commit.py) instead of a CUDA-graph replay each; +draftgraph captures the drafter's graphs at its block when the
-verify is wider (DDTREE_DRAFT_GRAPH_AT_BLOCK=1, worker.py). Settings common to all arms (the shared recipe's limits):
+padded to max(block, B + 1) rows; the drafter replays graphs captured at its block); an arm ending in +eagerprep runs its tree step and its walk + commit op by op (DDTREE_TREE_GRAPH=0,
+sglang_plugin/prep.py and walk_commit.py) instead of a CUDA-graph replay each; +eagerdraft runs the drafter eager when the verify is wider
+than its block (DDTREE_DRAFT_GRAPH_AT_BLOCK=0; by default its graphs are captured at its block, worker.py). Settings common to all arms (the shared recipe's limits):
 Triton attention, page size 1, radix cache off, overlap schedule off, bf16, batch size 1.
 `profile` arms also record a torch-profiler trace of 8 decode steps, summarised per kernel (profile_summary.py).
 """
@@ -128,8 +129,8 @@ def arm_cfg(group, arm, share):
     cfg = _arm_cfg(group, arm, share)
     if variant == "eagerprep":  # the tree step launched op by op (sglang_plugin/prep.py), not one graph replay
         cfg["_env"] = {"DDTREE_TREE_GRAPH": "0"}
-    elif variant == "draftgraph":  # budgets wider than the block: the drafter's graphs at its block (worker.py)
-        cfg["_env"] = {"DDTREE_DRAFT_GRAPH_AT_BLOCK": "1"}
+    elif variant == "eagerdraft":  # budgets wider than the block: the drafter eager, not graphs at its block
+        cfg["_env"] = {"DDTREE_DRAFT_GRAPH_AT_BLOCK": "0"}
     elif variant:
         raise SystemExit(f"unknown arm variant {variant!r} in {arm}+{variant}")
     return cfg
@@ -162,7 +163,7 @@ def start_arm(cfg, i, tmp):
     return subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(cfg)], stdout=subprocess.PIPE, stderr=log, text=True)
 
 
-def run_group(group, tmp):
+def run_group(group, tmp, done_before=()):
     arms = group["arms"]
     # SGLang checks the share against the memory free when this arm loads (others already resident), so it is
     # fixed, not divided by the arm count; max_total_tokens keeps each arm's pools small.
@@ -205,6 +206,7 @@ def run_group(group, tmp):
                     proc.kill()
                     break
                 time.sleep(0.05)
+        write_partial(group, procs, r, done_before)
     results = []
     for i, (arm, bench, _, proc) in enumerate(procs):
         # One arm at a time: a profile arm traces alone on the GPU, then each engine shuts down before the next.
@@ -224,6 +226,21 @@ def run_group(group, tmp):
         results.append(res)
         print(json.dumps({k: v for k, v in res.items() if k not in ("per_prompt", "profile", "rounds")})[:3000], flush=True)
     return results
+
+
+def write_partial(group, procs, r, done_before):
+    """After each round: every arm's ms/step so far, printed and in OUT/sglang_h200_step_cost.partial.json
+    with the finished groups' results, so a run cut short (a device call's time limit) keeps its rounds."""
+    arms = []
+    for arm, bench, _, _ in procs:
+        done = [json.load(open(f"{bench['done']}.{i}")) for i in range(r + 1) if os.path.exists(f"{bench['done']}.{i}")]
+        arms.append({"model": group["model"], "arm": arm, "step_ms_rounds": [m["step_ms"] for m in done],
+                     "tok_per_s_rounds": [m["tok_per_s"] for m in done]})
+    print(f"round {r} of {group['model']}: " + ", ".join(
+        f"{a['arm']} " + " ".join(f"{x:.2f}" for x in a["step_ms_rounds"]) + " ms/step" for a in arms), flush=True)
+    partial = [{k: v for k, v in res.items() if k not in ("rounds",)} for res in done_before] + arms
+    with open(f"{OUT}/sglang_h200_step_cost.partial.json", "w") as f:
+        json.dump(partial, f, indent=1)
 
 
 def summarize(rounds):
@@ -268,7 +285,7 @@ all_results = []
 for n, g in enumerate(GROUPS):
     tmp = f"{TMP}/stepcost-{g['model']}-{int(time.time())}-{n}"
     os.makedirs(tmp, exist_ok=True)
-    all_results += run_group(g, tmp)
+    all_results += run_group(g, tmp, all_results)
     json.dump(all_results, open(f"{OUT}/sglang_h200_step_cost.json", "w"), indent=1)
 table = ratios(all_results)
 open(f"{OUT}/sglang_h200_step_cost.md", "w").write(table + "\n")

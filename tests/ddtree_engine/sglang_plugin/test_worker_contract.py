@@ -286,7 +286,7 @@ def test_the_drafter_graph_choice_rides_dflash_init_cuda_graphs():
 
 
 def test_the_drafter_graph_at_its_block_rests_on_what_sglang_reads_when():
-    """DDTREE_DRAFT_GRAPH_AT_BLOCK=1 captures the drafter under get_spec().override(speculative_num_draft_tokens=
+    """The drafter's graphs at its block (DDTREE_DRAFT_GRAPH_AT_BLOCK, on by default) are captured under get_spec().override(speculative_num_draft_tokens=
     block): sound only while SGLang reads that width for a runner when it builds it, keeps it on the runner
     for the capture and the replay test, and reports whether a forward replayed."""
     ours_init = " ".join(function_source(WORKER.read_text(), "init_cuda_graphs").split())

@@ -119,13 +119,13 @@ def test_graphs_only_on_cuda_with_graphs_on(monkeypatch):
     assert not graphs_wanted(torch.device("cuda", 0), False)
 
 
-def test_the_drafter_graph_at_its_block_is_off_unless_asked(monkeypatch):
+def test_the_drafter_graph_at_its_block_is_on_unless_switched_off(monkeypatch):
     monkeypatch.delenv(prep_mod.DRAFT_GRAPH_ENV, raising=False)
-    assert not prep_mod.draft_graph_at_block()
-    for on in ("1", "true", " On "):
+    assert prep_mod.draft_graph_at_block()
+    for on in ("1", "true", " On ", ""):
         monkeypatch.setenv(prep_mod.DRAFT_GRAPH_ENV, on)
         assert prep_mod.draft_graph_at_block()
-    for off in ("0", "", "no"):
+    for off in ("0", "false", " Off ", "no"):
         monkeypatch.setenv(prep_mod.DRAFT_GRAPH_ENV, off)
         assert not prep_mod.draft_graph_at_block()
 

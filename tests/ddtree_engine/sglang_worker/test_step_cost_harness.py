@@ -146,3 +146,24 @@ def test_an_arm_that_dies_mid_round_keeps_its_finished_rounds_and_the_others_go_
         assert by_arm[arm]["rc"] == 0 and len(by_arm[arm]["step_ms_rounds"]) == 3
     assert measured_runs(events, 256)[-1] == ("ddtree-15", 2)  # round 2 ran without the dead arm
     assert "| ddtree-graph-8-4 |" in stdout
+
+
+def test_every_round_is_printed_and_kept_in_a_partial_file_as_it_ends(tmp_path):
+    """A device call cut short by its time limit leaves no final table: each round's ms/step is printed as
+    the round ends and kept in OUT/sglang_h200_step_cost.partial.json, with the groups finished before."""
+    groups = [{"model": "q35-4b", "dummy": True, "arms": ["dflash", "ddtree-graph-15-8"]},
+              {"model": "lab", "prompts": "lab", "arms": ["dflash", "ddtree-graph-8-4"]}]
+    results, _, stdout = run_harness(tmp_path, groups, rounds=2)
+    lines = [line for line in stdout.splitlines() if line.startswith("round ")]
+    assert [line.split(":")[0] for line in lines] == ["round 0 of q35-4b", "round 1 of q35-4b", "round 0 of lab", "round 1 of lab"]
+    by_arm = {(r["model"], r["arm"]): r for r in results}
+    first, last = lines[0], lines[-1]
+    assert f"dflash {by_arm['q35-4b', 'dflash']['step_ms_rounds'][0]:.2f} ms/step" in first
+    assert ("ddtree-graph-8-4 " + " ".join(f"{x:.2f}" for x in by_arm["lab", "ddtree-graph-8-4"]["step_ms_rounds"])) in last
+    partial = json.loads((tmp_path / "out/sglang_h200_step_cost.partial.json").read_text())
+    # After the last round: the first group's full results, then the second group's rounds so far.
+    assert [(p["model"], p["arm"]) for p in partial] == [("q35-4b", "dflash"), ("q35-4b", "ddtree-graph-15-8"),
+                                                         ("lab", "dflash"), ("lab", "ddtree-graph-8-4")]
+    assert partial[0]["step_ms"] == by_arm["q35-4b", "dflash"]["step_ms"]
+    assert partial[3]["step_ms_rounds"] == by_arm["lab", "ddtree-graph-8-4"]["step_ms_rounds"]
+    assert len(partial[3]["tok_per_s_rounds"]) == 2

@@ -128,8 +128,8 @@ def check_ddtree_settings(server_args) -> None:
             "--disable-overlap-schedule"
         )
     # CUDA graphs are allowed: the worker captures the target's verify with the tree mask
-    # (graph_runner.py), pads each tree to the captured width (padding.py), and keeps the
-    # drafter eager where SGLang would capture it at the wrong width (worker.init_cuda_graphs).
+    # (graph_runner.py), pads each tree to the captured width (padding.py), and captures the
+    # drafter's at its block where SGLang would capture them at the verify's width (worker.init_cuda_graphs).
     if problems:
         raise ValueError(f"{ALGORITHM} cannot start with these settings:" + "".join(f"\n- {p}" for p in problems))
 

@@ -26,9 +26,8 @@ CUDA graphs: SGLang captures the target's verify `speculative_num_draft_tokens` 
 tree is padded to that width with inert rows (padding.py) and SGLang replays it (the same
 `prepare_for_verify` -> `can_run_graph` path DFLASH's verify takes); otherwise it runs eager at
 the tree's own width. The drafter replays its graphs when they were captured at its block width
-(budget + 1 <= block) and runs eager otherwise (`init_cuda_graphs`), unless
-DDTREE_DRAFT_GRAPH_AT_BLOCK=1 captures them at the block under a scoped spec override (not yet
-run on a GPU: off by default until it is).
+(budget + 1 <= block); for wider budgets `init_cuda_graphs` captures them at the block under a
+scoped spec override (DDTREE_DRAFT_GRAPH_AT_BLOCK=0 runs the drafter eager there instead).
 
 Supported here: greedy requests, tp 1, no dp attention, page size 1, no grammar, no logprobs,
 plain DFlash drafters. `check_supported` refuses the rest at startup with what to change.
@@ -206,16 +205,17 @@ class DDTreeWorker(DFlashWorkerV2):
         `speculative_num_draft_tokens`, which for DDTREE is max(block, budget + 1). When the
         budget makes that wider than the block, the drafter's graphs would hold the wrong number of
         rows per request (no block-wide forward could replay them, and capturing its block-sized
-        reshapes at that width is not sound), so the drafter runs eager; the target still
-        captures (its verify is that wide).
+        reshapes at that width is not sound); the target still captures (its verify is that wide).
 
-        With DDTREE_DRAFT_GRAPH_AT_BLOCK=1 the drafter's capture runs under
-        `get_spec().override(speculative_num_draft_tokens=block)` instead (the scheduler captured
+        So the drafter's capture runs under
+        `get_spec().override(speculative_num_draft_tokens=block)` (the scheduler captured
         the target's graphs before this, at the full width). SGLang 0.5.23 reads that width for the
         drafter's graph runner when it builds it (`captured_req_width`: its buffers, the capture's
         spec input, `can_run_graph`'s test against the block's spec info) and not at replay; the
-        drafter's attention backend takes its per-request rows from the spec info. Not yet run on
-        a GPU, so off by default; a runner captured at another width stops the server.
+        drafter's attention backend takes its per-request rows from the spec info. On the H200
+        (2026-12-01) lossless with the eager drafter's verify steps, the drafter replaying on every
+        step. A runner captured at another width stops the server; DDTREE_DRAFT_GRAPH_AT_BLOCK=0
+        runs the drafter eager instead.
         """
         graph_width = int(get_spec().speculative_num_draft_tokens)
         if graph_width == self.block_size:
@@ -233,12 +233,12 @@ class DDTreeWorker(DFlashWorkerV2):
             if width is not None and int(width) != self.block_size:
                 raise RuntimeError(
                     f"DDTREE: the drafter's graphs were captured {width} tokens per request, not at its block "
-                    f"{self.block_size}; unset {DRAFT_GRAPH_ENV} to run the drafter eager"
+                    f"{self.block_size}; set {DRAFT_GRAPH_ENV}=0 to run the drafter eager"
                 )
             return
         logger.info(
             "DDTREE: the drafter runs without CUDA graphs: SGLang would capture them %d tokens per "
-            "request (budget %d + 1) and the drafter's block is %d (%s=1 captures them at the block)",
+            "request (budget %d + 1) and the drafter's block is %d (%s=0 switched off capturing them at the block)",
             graph_width, self.budget, self.block_size, DRAFT_GRAPH_ENV,
         )
         with draft_pp_context(), draft_tp_context(self.draft_parallel_layout):

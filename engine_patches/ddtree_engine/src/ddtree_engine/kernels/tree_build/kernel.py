@@ -153,6 +153,19 @@ def supports(depths: int, k: int, budget: int) -> bool:
     return rank_bits(k) * depths <= _KEY_BITS.value and budget < 4096 and k < 4096
 
 
+# Budgets from which the build kernel takes 4 warps. Measured on the H200 in a CUDA graph
+# (benchmarks/bench_tree_step.py, 2026-12-01): budget 64 28.4 us at 1 warp, 30.8 at 4; budget 256 269.5 us
+# at 1 warp, 131.2 at 4, 149.2 at 8. The heap lives in a global workspace the warps share: 2, 4 and 8 warps
+# gave the reference's trees on every tree shape, random shapes up to budget 300 and the real budgets on
+# the H200 (tests/ddtree_engine/kernels/test_tree_build.py -k more_warps, 2026-12-01).
+MANY_WARPS_FROM_BUDGET = 128
+
+
+def default_warps(budget: int) -> int:
+    """Warps of the build kernel's one program at `budget`: 1 up to budget 127, 4 from 128."""
+    return 4 if budget >= MANY_WARPS_FROM_BUDGET else 1
+
+
 def build_tree_arrays(
     vals: torch.Tensor,
     ids: torch.Tensor,
@@ -160,7 +173,7 @@ def build_tree_arrays(
     root: torch.Tensor,
     spine_depth: int = 0,
     out: tuple[torch.Tensor, ...] | None = None,
-    num_warps: int = 1,
+    num_warps: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The draft tree over the per-depth top-K, fixed shape N = budget + 1 (Triton).
 
@@ -170,12 +183,7 @@ def build_tree_arrays(
         root: [1] int64 on vals' device, the root token (read by the kernel: no host sync).
         spine_depth: reserve the top-1 chain down to this depth first (capped by L, budget).
         out: optional (tokens, parents, depths, ranks, scores, num_nodes) buffers to fill.
-        num_warps: warps of the single program. Measured on the H200 in a CUDA graph
-            (benchmarks/bench_tree_step.py, 2026-12-01): budget 64 28.4 us at 1 warp, 30.8 at 4;
-            budget 256 269.5 us at 1 warp, 131.2 at 4, 149.2 at 8 (the bench's one input gave the
-            same tree). It stays 1: the program keeps its heap in a global workspace, and more
-            warps reading it back race-free (Triton orders shared, not global, memory between
-            warps) is not yet tested across tree shapes on the GPU.
+        num_warps: warps of the single program; None takes `default_warps(budget)`.
 
     Returns:
         (tokens, parents, depths, ranks [N] int64, scores [N] float64, num_nodes [1] int64),
@@ -219,6 +227,6 @@ def build_tree_arrays(
         NB=nb,
         NP=triton.next_power_of_2(n_out),
         COLS=min(nb, 16),
-        num_warps=num_warps,
+        num_warps=num_warps or default_warps(budget),
     )
     return out
