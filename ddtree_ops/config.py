@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from . import knowledge
+from .knowledge.service_env import ENV_NAME_PATTERN, env_entry_problems
 from .exceptions import ConfigError, yaml_error_message
 from .state import known_hosts_file
 
@@ -129,7 +130,27 @@ class Service(_Strict):
     spine_depth: int = Field(0, ge=0)
     gpus: list[int] = []  # indexes into the host's `gpus`
     extra_args: list[str] = []
+    # Extra environment of the service's process (written to its env file): the engine's switches
+    # (knowledge/engine_env.yaml) or anything else the server reads (NCCL_*, TRITON_CACHE_DIR, ...).
+    env: dict[str, str] = {}
     hosts: list[str] | None = None  # None = every host
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_scalars_as_text(cls, env: Any) -> Any:
+        # YAML reads `DDTREE_TREE_GRAPH: off` as false and `: 0` as 0: the environment gets their text.
+        if not isinstance(env, dict):
+            return env
+        return {name: ("true" if value else "false") if isinstance(value, bool)
+                else str(value) if isinstance(value, (int, float)) else value for name, value in env.items()}
+
+    @field_validator("env")
+    @classmethod
+    def _env_entries(cls, env: dict[str, str]) -> dict[str, str]:
+        problems = [problem for name, value in env.items() for problem in env_entry_problems(name, value)]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return env
 
     @model_validator(mode="after")
     def _tree_settings(self) -> Service:
@@ -145,9 +166,6 @@ class DeploySettings(_Strict):
     health_timeout_s: float = Field(900.0, gt=0)  # model loads take minutes on real hosts
     health_interval_s: float = Field(2.0, gt=0)
     metrics_log_interval: int = Field(32, ge=1)  # verify steps between DDTREE metrics journal lines
-
-
-ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
 class Project(_Strict):

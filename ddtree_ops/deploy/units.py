@@ -122,12 +122,14 @@ def unit_environment(uuids: list[str]) -> dict[str, str]:
 
 
 def env_file_values(service: Service) -> dict[str, str]:
-    """The contents of `/etc/ddtree/<service>.env` but the API key (`api_key_line`), which is carried apart."""
+    """The contents of `/etc/ddtree/<service>.env` but the API key (`api_key_line`), which is carried apart:
+    ddtree-ops' own variables, then the service's `env` (knowledge.service_env.TOOL_SET_ENV keeps it off ddtree-ops' own)."""
     return {
         "PYTHONUNBUFFERED": "1",
         # Hosts may have no network; models come from local paths or the engine package.
         "HF_HUB_OFFLINE": "1",
         "DDTREE_SERVICE": service.name,
+        **service.env,
     }
 
 

@@ -1,4 +1,5 @@
-"""Versioned facts (YAML, each with its source) that the resolver applies: SGLang releases and CUDA rules."""
+"""Versioned facts (YAML, each with its source): SGLang releases and CUDA rules (the resolver applies them), and
+the environment variables the engine reads (a service's `env:` is checked against them)."""
 
 from __future__ import annotations
 
@@ -23,3 +24,7 @@ def releases() -> dict:
 
 def cuda() -> dict:
     return load("cuda")
+
+
+def engine_env() -> dict:
+    return load("engine_env")

@@ -164,6 +164,40 @@ def test_rollback_command_restores_the_previous_release(deployed):
     assert f"nothing to roll back: tree on {first} has no previous release" in again.stderr
 
 
+def _process_env(host, unit: str) -> dict[str, str]:
+    pid = SSH.run(host, f"systemctl show -p MainPID --value {unit}").strip()
+    raw = SSH.run(host, f"tr '\\0' '\\n' < /proc/{pid}/environ")
+    return dict(line.split("=", 1) for line in raw.splitlines() if "=" in line)
+
+
+def test_a_services_env_reaches_its_process_and_a_deploy_without_it_takes_it_away(deployed, tmp_path):
+    config, project, _report = deployed
+    host = project.hosts[0]
+    document = yaml.safe_load(Path(config).read_text())
+    tree = next(s for s in document["services"] if s["name"] == "tree")
+    # An engine switch (YAML reads `reference` as text; the reference backend reads it) and a value
+    # systemd must not expand or unquote.
+    tree["env"] = {"DDTREE_KERNELS": "reference", "LAB_NOTE": 'a "quoted" $HOME %n value\\'}
+    document["ssh"] = {**document.get("ssh", {}), "known_hosts": str(Path(config).with_name("known_hosts"))}
+    with_env = tmp_path / "ddtree.yaml"
+    with_env.write_text(yaml.safe_dump(document))
+
+    result = _run("-c", str(with_env), "deploy", "--hosts", host.name, "--services", "tree", "--budget", "15", "--topk", "8", "--json")
+    assert result.exit_code == 0, result.output
+    (report,) = json.loads(result.stdout)["hosts"]
+    assert report["services"][0]["release_changed"] is True
+    env = _process_env(host, "ddtree-tree.service")
+    assert env["DDTREE_KERNELS"] == "reference"
+    assert env["LAB_NOTE"] == 'a "quoted" $HOME %n value\\'
+    assert env["DDTREE_SERVICE"] == "tree" and env["HF_HUB_OFFLINE"] == "1"
+    assert "DDTREE_KERNELS" not in _process_env(host, "ddtree-baseline.service")
+
+    result = _run("-c", config, "deploy", "--hosts", host.name, "--services", "tree", "--budget", "15", "--topk", "8")
+    assert result.exit_code == 0, result.output
+    env = _process_env(host, "ddtree-tree.service")
+    assert "DDTREE_KERNELS" not in env and "LAB_NOTE" not in env
+
+
 def test_undeploy_asks_then_removes_then_has_nothing_to_remove(deployed):
     # Last in this module: it removes the services the others use.
     config, project, _report = deployed

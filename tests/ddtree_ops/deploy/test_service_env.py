@@ -1,0 +1,130 @@
+"""A service's `env:`: checked when the project file loads, written to its env file, named to its container.
+
+The lab run (tests/ddtree_ops/lab/test_deploy_lab.py) reads the values back from the running process.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from ddtree_ops import knowledge
+from ddtree_ops.cli import cli
+from ddtree_ops.config import load_project, parse_project
+from ddtree_ops.deploy.units import API_KEY_ENV, env_file_values, render_env_file, unit_environment, unit_spec
+from ddtree_ops.exceptions import ConfigError
+from ddtree_ops.knowledge.service_env import TOOL_SET_ENV
+
+ENGINE_SRC = Path(__file__).resolve().parents[3] / "engine_patches/ddtree_engine/src/ddtree_engine"
+UUID = "GPU-8f2b6c1e-0a4d-4f7e-9b1c-2d3e4f5a6b7c"
+
+
+def document(env, mode: str = "venv") -> dict:
+    return {
+        "hosts": [{"name": "gpu-1", "address": "127.0.0.1", "ssh": {"port": 1}, "gpus": [UUID]}],
+        "engine": {"target": "/models/t", "draft": "/models/d", "install": {"mode": mode}},
+        "services": [
+            {"name": "baseline", "algorithm": "dflash", "port": 30000},
+            {"name": "tree", "algorithm": "ddtree", "budget": 15, "topk": 8, "port": 30001, "gpus": [0], "env": env},
+        ],
+    }
+
+
+def problems(env, tmp_path) -> list[str]:
+    path = tmp_path / "ddtree.yaml"
+    path.write_text(yaml.safe_dump(document(env)))
+    with pytest.raises(ConfigError) as caught:
+        load_project(path)
+    return [line[4:] for line in str(caught.value).splitlines() if line.startswith("  - ")]
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({"DDTREE_DRAFT_GRAPH_AT_BLOK": "0"},
+     "services[1].env: DDTREE_DRAFT_GRAPH_AT_BLOK is not a variable the DDTree engine reads: did you mean DDTREE_DRAFT_GRAPH_AT_BLOCK?"),
+    ({"DDTREE_XYZZY": "1"}, "services[1].env: DDTREE_XYZZY is not a variable the DDTree engine reads: the engine reads DDTREE_"),
+    ({"CUDA_VISIBLE_DEVICES": "1"}, "services[1].env: CUDA_VISIBLE_DEVICES is set by ddtree-ops (the GPUs: set the service's gpus"),
+    ({"DDTREE_API_KEY": "k"}, "services[1].env: DDTREE_API_KEY is set by ddtree-ops (the API key: set api_key_env or api_key_file"),
+    ({"DDTREE_TREE_GRAPH": "maybe"}, "services[1].env: DDTREE_TREE_GRAPH='maybe' is not one of 1, true, yes, on, 0, false, no, off"),
+    ({"DDTREE_KERNELS": "cuda"}, "services[1].env: DDTREE_KERNELS='cuda' is not one of auto, reference, triton"),
+    ({"1BAD": "x"}, "services[1].env: '1BAD' is not an environment variable name"),
+    ({"NOTE": "two\nlines"}, "services[1].env: NOTE: values cannot contain newlines or NUL bytes"),
+    ({"NOTE": ["a"]}, "services[1].env.NOTE: Input should be a valid string"),
+])
+def test_a_bad_entry_is_refused_under_its_path_with_the_fix(tmp_path, env, expected):
+    found = problems(env, tmp_path)
+    assert any(p.startswith(expected) for p in found), found
+
+
+def test_the_cli_refuses_a_bad_env_with_exit_2_before_any_host(tmp_path):
+    path = tmp_path / "ddtree.yaml"
+    path.write_text(yaml.safe_dump(document({"DDTREE_TRACE_PATH": "/tmp/t"})))
+    # Port 1 on the loopback: any SSH attempt would fail with exit 1, not 2.
+    result = CliRunner().invoke(cli, ["-c", str(path), "deploy"])
+    assert result.exit_code == 2, result.output
+    assert "services[1].env: DDTREE_TRACE_PATH is not a variable the DDTree engine reads: did you mean DDTREE_TRACE?" in result.output
+
+
+def test_yaml_scalars_become_the_text_the_process_sees(tmp_path):
+    path = tmp_path / "ddtree.yaml"
+    # YAML 1.1 reads `off` as false and `0` as an int.
+    path.write_text(yaml.safe_dump(document({})).replace("env: {}", "env: {DDTREE_TREE_GRAPH: off, DDTREE_DRAFT_GRAPH_AT_BLOCK: 0, OMP_NUM_THREADS: 8}"))
+    env = load_project(path).service("tree").env
+    assert env == {"DDTREE_TREE_GRAPH": "false", "DDTREE_DRAFT_GRAPH_AT_BLOCK": "0", "OMP_NUM_THREADS": "8"}
+
+
+def test_the_env_file_holds_the_service_env_after_ddtree_ops_own():
+    env = {"DDTREE_DRAFT_GRAPH_AT_BLOCK": "0", "NCCL_DEBUG": "INFO", "NOTE": 'a "quoted" $HOME value\\'}
+    project = parse_project(document(env))
+    spec = unit_spec(project.service("tree"), project.host("gpu-1"), project.engine, metrics_log_interval=32)
+    text = render_env_file(spec)
+    lines = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert lines[:3] == ['PYTHONUNBUFFERED="1"', 'HF_HUB_OFFLINE="1"', 'DDTREE_SERVICE="tree"']
+    assert lines[3:6] == ['DDTREE_DRAFT_GRAPH_AT_BLOCK="0"', 'NCCL_DEBUG="INFO"', 'NOTE="a \\"quoted\\" $HOME value\\\\"']
+    baseline = unit_spec(project.service("baseline"), project.host("gpu-1"), project.engine, metrics_log_interval=32)
+    assert "NCCL_DEBUG" not in render_env_file(baseline)
+
+
+def test_a_container_is_told_the_names_of_the_service_env():
+    project = parse_project(document({"NCCL_DEBUG": "INFO"}, mode="container"))
+    spec = unit_spec(project.service("tree"), project.host("gpu-1"), project.engine, metrics_log_interval=32)
+    args = spec.container_args
+    assert [args[i + 1] for i, a in enumerate(args) if a == "-e"] == ["PYTHONUNBUFFERED", "HF_HUB_OFFLINE", "DDTREE_SERVICE", "NCCL_DEBUG"]
+
+
+def test_every_variable_ddtree_ops_sets_is_refused_in_env():
+    project = parse_project(document({}))
+    service = project.service("tree")
+    ours = set(env_file_values(service)) | set(unit_environment([UUID])) | {API_KEY_ENV}
+    assert ours == set(TOOL_SET_ENV)
+
+
+def test_the_known_engine_variables_are_the_ones_the_engine_reads():
+    """knowledge/engine_env.yaml against the engine's source: every DDTREE_ name the engine names (its
+    API key aside, which ddtree-ops sets), no more, no less."""
+    named = set()
+    for path in ENGINE_SRC.rglob("*.py"):
+        named |= set(re.findall(r'"(DDTREE_[A-Z_]+)"', path.read_text()))
+    assert named - {API_KEY_ENV} == set(knowledge.engine_env())
+
+
+def test_the_switch_words_are_the_engines():
+    """The on/off words the project file accepts are exactly those prep.env_switch reads as explicit."""
+    prep = pytest.importorskip("ddtree_engine.sglang_plugin.prep")
+    known = knowledge.engine_env()
+    for name in (prep.GRAPH_ENV, prep.DRAFT_GRAPH_ENV):
+        words = known[name]["values"]
+        mp = pytest.MonkeyPatch()
+        try:
+            for word in words:
+                mp.setenv(name, word)
+                # An explicit word gives the same answer whatever the default.
+                assert prep.env_switch(name, True) == prep.env_switch(name, False), (name, word)
+            for default in (True, False):
+                flipped = [w for w in words if (mp.setenv(name, w) or prep.env_switch(name, default)) != default]
+                assert flipped, (name, default)
+        finally:
+            mp.undo()
