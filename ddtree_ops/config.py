@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from . import knowledge
-from .knowledge.service_env import ENV_NAME_PATTERN, env_entry_problems
+from .knowledge.service_env import ENV_NAME_PATTERN, env_problems, switches_as_words
 from .exceptions import ConfigError, yaml_error_message
 from .state import known_hosts_file
 
@@ -137,20 +137,10 @@ class Service(_Strict):
 
     @field_validator("env", mode="before")
     @classmethod
-    def _env_scalars_as_text(cls, env: Any) -> Any:
-        # YAML reads `DDTREE_TREE_GRAPH: off` as false and `: 0` as 0: the environment gets their text.
-        if not isinstance(env, dict):
-            return env
-        return {name: ("true" if value else "false") if isinstance(value, bool)
-                else str(value) if isinstance(value, (int, float)) else value for name, value in env.items()}
-
-    @field_validator("env")
-    @classmethod
-    def _env_entries(cls, env: dict[str, str]) -> dict[str, str]:
-        problems = [problem for name, value in env.items() for problem in env_entry_problems(name, value)]
-        if problems:
-            raise ValueError("; ".join(problems))
-        return env
+    def _switches_as_words(cls, env: Any) -> Any:
+        # YAML reads an engine switch's bare `off` as false and `0` as 0: they stand for its words. Any other
+        # value that is not text is refused (format_validation_error says to quote it), so values stay verbatim.
+        return switches_as_words(env) if isinstance(env, dict) else env
 
     @model_validator(mode="after")
     def _tree_settings(self) -> Service:
@@ -207,7 +197,7 @@ class Project(_Strict):
         except ValidationError as err:
             project, field_errors = None, err.errors()
         document = project.model_dump() if project is not None else data
-        cross = cross_section_problems(document) if isinstance(document, dict) else []
+        cross = cross_section_problems(document) + env_problems(document) if isinstance(document, dict) else []
         if not field_errors and not cross:
             return project
         line_errors = [_reraised(e) for e in field_errors]
@@ -376,6 +366,15 @@ def unknown_key_message(loc: tuple) -> str:
     return f"unknown key {key!r}: remove it or check its spelling{listed}"
 
 
+def _env_type_message(loc: tuple, value: object) -> tuple[tuple, str]:
+    """A `services[N].env` name or value that YAML did not read as text: where, and to quote it."""
+    if loc[-1] == "[key]":
+        return loc[:3], f"the name {value!r} is not text: names are letters, digits and _ (write it in quotes if YAML reads it otherwise)"
+    kind = "nothing (null)" if value is None else f"{'an' if type(value).__name__[0] in 'aeiou' else 'a'} {type(value).__name__}"
+    example = '""' if value is None else '"…"'
+    return loc, f"YAML read this value as {kind}; the environment takes text: write it in quotes ({loc[3]}: {example})"
+
+
 def format_validation_error(err: ValidationError, source: str) -> str:
     """Every problem of one project file, one line each: `  - services[1].port: <message and fix>`.
 
@@ -393,6 +392,8 @@ def format_validation_error(err: ValidationError, source: str) -> str:
             msg = unknown_key_message(loc)
         elif e["type"] == "missing":
             msg = "required key is missing: add it"
+        elif e["type"] == "string_type" and len(loc) >= 4 and loc[0] == "services" and loc[2] == "env":
+            loc, msg = _env_type_message(loc, e.get("input"))
         lines.append(f"  - {_format_location(loc) or '(top level)'}: {msg}")
     return "\n".join(lines)
 

@@ -4,9 +4,10 @@ grid (lossless.py): the lab pair and the tiny Qwen3 pair (its prompts picked for
   AR, DFLASH, DDTREE at budgets {1, 8, 15, 32} x topk {1, 4, 8}; traces on the trees wider than the block
   (16/8, 20/8, 32/4, 32/8) and on 15/8 beside them; `unsafe` against `safe` on the lab pair at 15/8.
 cost (step_cost.py): issue 12's arms on the 4B- and 1B-class dummy-weight hybrids and on the lab pair.
-graph (lossless.py): CUDA graphs on (not yet run on a GPU): the lab pair's AR (graphs off: the reference), DFLASH
-  and DDTREE with graphs, at a tree narrower than the block (8/4: 9 rows padded to 16), as wide (15/8: 16), and
-  wider (32/8: 33 rows, the drafter eager), and 15/8 again with graphs off beside them.
+graph (lossless.py): CUDA graphs on (first run on the H200 2026-12-01: 8/8 equal AR): the lab pair's AR (graphs
+  off: the reference), DFLASH and DDTREE with graphs, at a tree narrower than the block (8/4: 9 rows padded to 16),
+  as wide (15/8: 16), and wider (32/8: 33 rows; the drafter eager when it ran, its graphs at its block since the
+  default changed), and 15/8 again with graphs off beside them.
 cost-graph (step_cost.py): DDTREE with CUDA graphs (ddtree-graph-B-K) beside DFLASH with graphs and DDTREE eager.
 rerun RESULTS_JSON: the grid's configurations that did not finish there, with each pair's AR again.
 q3-rest (lossless.py): the q3 pair's grid past what the 2026-12-01 run reached (it stopped after 8/1).

@@ -129,7 +129,8 @@ def env_file_values(service: Service) -> dict[str, str]:
         # Hosts may have no network; models come from local paths or the engine package.
         "HF_HUB_OFFLINE": "1",
         "DDTREE_SERVICE": service.name,
-        **service.env,
+        # Sorted: the env file is part of the release, so reordering `env:` alone is no new release.
+        **dict(sorted(service.env.items())),
     }
 
 

@@ -199,7 +199,7 @@ class DDTreeWorker(DFlashWorkerV2):
     # -- CUDA graphs ------------------------------------------------------------------------
 
     def init_cuda_graphs(self):
-        """Capture the drafter's graphs only where SGLang captures them at the drafter's block.
+        """Capture the drafter's graphs at its block, whatever width SGLang would give them.
 
         SGLang sizes every verify-mode graph, the drafter's included, by the resolved
         `speculative_num_draft_tokens`, which for DDTREE is max(block, budget + 1). When the
