@@ -217,7 +217,7 @@ def run_group(group, tmp, done_before=()):
             proc.kill(); stdout = ""
         line = next((l for l in stdout.splitlines() if l.startswith("RESULT ")), None)
         res = {"model": group["model"], "arm": arm, "rc": proc.returncode, **(json.loads(line[7:]) if line else {})}
-        res.update(summarize([json.load(open(f"{bench['done']}.{r}")) for r in range(ROUNDS) if os.path.exists(f"{bench['done']}.{r}")]))
+        res.update(summarize(finished_rounds(bench, ROUNDS)))
         if not line or proc.returncode not in (0, None):
             res["err"] = open(f"{tmp}/{i}.log").read()[-4000:]
         if bench.get("profile") and os.path.isdir(bench["profile"]):
@@ -228,12 +228,17 @@ def run_group(group, tmp, done_before=()):
     return results
 
 
+def finished_rounds(bench, n):
+    """The figures of an arm's rounds among the first `n` that finished (their done files), in round order."""
+    return [json.load(open(f"{bench['done']}.{r}")) for r in range(n) if os.path.exists(f"{bench['done']}.{r}")]
+
+
 def write_partial(group, procs, r, done_before):
     """After each round: every arm's ms/step so far, printed and in OUT/sglang_h200_step_cost.partial.json
     with the finished groups' results, so a run cut short (a device call's time limit) keeps its rounds."""
     arms = []
     for arm, bench, _, _ in procs:
-        done = [json.load(open(f"{bench['done']}.{i}")) for i in range(r + 1) if os.path.exists(f"{bench['done']}.{i}")]
+        done = finished_rounds(bench, r + 1)
         arms.append({"model": group["model"], "arm": arm, "step_ms_rounds": [m["step_ms"] for m in done],
                      "tok_per_s_rounds": [m["tok_per_s"] for m in done]})
     print(f"round {r} of {group['model']}: " + ", ".join(
