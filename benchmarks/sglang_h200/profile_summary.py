@@ -63,3 +63,18 @@ for name, (dur, n) in sorted(calls.items(), key=lambda kv: -kv[1][1])[:12]:
     print(f"| {dur / steps:.1f} | {n / steps:.1f} | {name[:60]} |")
 cpu_ops = [e for e in events if e.get("cat") == "cpu_op" and e.get("ph") == "X"]
 print(f"\n{len(cpu_ops) / steps:.1f} torch ops/step on the host")
+# Python functions (traces recorded with PROFILE_STACK=1): inclusive host time per step, the project's and SGLang's
+# own code only (a function that recurses counts once per level).
+python = [e for e in events if e.get("cat") == "python_function" and e.get("ph") == "X"]
+if python:
+    funcs = collections.defaultdict(lambda: [0.0, 0])
+    for e in python:
+        name = e.get("name", "?")
+        if "ddtree_engine" in name or "sglang" in name:
+            funcs[name][0] += float(e.get("dur", 0))
+            funcs[name][1] += 1
+    print("\n| host us/step (inclusive) | calls/step | Python function |")
+    print("|---|---|---|")
+    for name, (dur, n) in sorted(funcs.items(), key=lambda kv: -kv[1][0])[:60]:
+        short_name = name.split("site-packages/")[-1].split("/src/")[-1]
+        print(f"| {dur / steps:.1f} | {n / steps:.1f} | {short_name[:100]} |")

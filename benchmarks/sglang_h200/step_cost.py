@@ -22,7 +22,9 @@ padded to max(block, B + 1) rows; the drafter replays graphs captured at its blo
 sglang_plugin/prep.py and walk_commit.py) instead of a CUDA-graph replay each; +eagerdraft runs the drafter eager when the verify is wider
 than its block (DDTREE_DRAFT_GRAPH_AT_BLOCK=0; by default its graphs are captured at its block, worker.py). Settings common to all arms (the shared recipe's limits):
 Triton attention, page size 1, radix cache off, overlap schedule off, bf16, batch size 1.
-`profile` arms also record a torch-profiler trace of 8 decode steps, summarised per kernel (profile_summary.py).
+`profile` arms also record a torch-profiler trace of 12 steps (the first a prefill), summarised per kernel
+(profile_summary.py); PROFILE_STACK=1 records Python stacks too, for profile_compare.py (two arms' host
+steps side by side). The table gives each arm's tok/s over DFLASH's per round too (the median and range).
 """
 import json, os, subprocess, sys, time
 
@@ -104,8 +106,11 @@ try:
         # A short prompt: the trace's first step is its prefill, so it should cost about one decode step.
         prompt = [(i * 7919) % 150000 + 10 for i in range(8)] if bench["prompts"] == "synthetic" else json.load(open(bench["prompts"]))[0]["prompt_ids"]
         os.makedirs(bench["profile"], exist_ok=True)
-        eng.start_profile(output_dir=bench["profile"], num_steps=12, activities=["CPU", "GPU"])
-        gen(prompt, 64, True)
+        # 12 steps: 512 tokens keep the engine busy past them at any tokens per step (the lab pair's DDTREE
+        # takes ~7 a step: 64 tokens ended before the 12th step and the profiler never wrote its trace).
+        eng.start_profile(output_dir=bench["profile"], num_steps=12, activities=["CPU", "GPU"],
+                          with_stack=os.environ.get("PROFILE_STACK") == "1")
+        gen(prompt, 512, True)
         time.sleep(3)
 finally:
     print("RESULT " + json.dumps(out), flush=True)
@@ -257,9 +262,21 @@ def summarize(rounds):
     return {**median, "step_ms_rounds": [m["step_ms"] for m in rounds], "rounds": rounds}
 
 
+def paired(r, base, key="tok_per_s"):
+    """The median over rounds of r's figure over base's in the same round (rounds run arm after arm,
+    so a round's pair shares the host's state of the moment), then the smallest and largest; "-"
+    unless both finished the same number of rounds."""
+    mine, theirs = r.get("rounds") or [], (base or {}).get("rounds") or []
+    if not mine or len(mine) != len(theirs):
+        return "-"
+    each = sorted(a[key] / b[key] for a, b in zip(mine, theirs))
+    return f"{each[(len(each) - 1) // 2]:.3f} ({each[0]:.2f}-{each[-1]:.2f})"
+
+
 def ratios(results):
-    """Per model a markdown table: each arm's median-round figures, the ratios to DFLASH, every round's
-    ms/step, and on real prompts whether its outputs equal the group's first arm's (all T = 0)."""
+    """Per model a markdown table: each arm's median-round figures, the ratios to DFLASH, the median of
+    the per-round tok/s ratios to DFLASH, every round's ms/step, and on real prompts whether its
+    outputs equal the group's first arm's (all T = 0)."""
     lines = []
     for model in dict.fromkeys(r["model"] for r in results):
         rows = {r["arm"]: r for r in results if r["model"] == model and "step_ms" in r}
@@ -268,12 +285,14 @@ def ratios(results):
         first = next(r for r in results if r["model"] == model)  # the group's first arm, whether it ran or not
         lines.append(f"## {model}")
         lines.append("| arm | ms/step | tokens/step | tok/s | step vs dflash-nograph | step vs dflash (graphs) | tok/s vs dflash-nograph "
-                     "| tok/s vs dflash (graphs) | ms/step each round | outputs = first arm's |")
-        lines.append("|---|---|---|---|---|---|---|---|---|---|")
+                     "| tok/s vs dflash (graphs) | tok/s vs dflash (graphs), median of rounds (range) | ms/step each round "
+                     "| outputs = first arm's |")
+        lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
         for arm, r in rows.items():
             cells = [f"{r['step_ms']:.2f}", f"{r['tokens_per_step']:.2f}", f"{r['tok_per_s']:.1f}"]
             for base, key in ((ref, "step_ms"), (graphed, "step_ms"), (ref, "tok_per_s"), (graphed, "tok_per_s")):
                 cells.append(f"{r[key] / base[key]:.3f}" if base else "-")
+            cells.append(paired(r, graphed))
             cells.append(" ".join(f"{x:.2f}" for x in r["step_ms_rounds"]))
             mine, theirs = r.get("per_prompt"), first.get("per_prompt")
             same = [a["ids"] == b["ids"] for a, b in zip(mine, theirs)] if mine and theirs else []

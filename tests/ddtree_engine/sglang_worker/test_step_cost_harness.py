@@ -120,6 +120,10 @@ def test_arms_are_measured_one_at_a_time_round_after_round_with_odd_rounds_rever
     assert rows["ddtree-graph-15-8"].rstrip().endswith("| 2/2 |")
     assert rows["ddtree-graph-8-4"].rstrip().endswith("| 1/2 |")
     assert " ".join(f"{x:.2f}" for x in by_arm["dflash"]["step_ms_rounds"]) in rows["dflash"]
+    # Per round, an arm's tok/s over DFLASH's of the same round; the median of the three, and the range.
+    each = sorted(a["tok_per_s"] / b["tok_per_s"] for a, b in zip(by_arm["ddtree-graph-15-8"]["rounds"], by_arm["dflash"]["rounds"]))
+    assert f"| {each[1]:.3f} ({each[0]:.2f}-{each[2]:.2f}) |" in rows["ddtree-graph-15-8"]
+    assert "| 1.000 (1.00-1.00) |" in rows["dflash"]
 
 
 def test_synthetic_groups_measure_every_round_and_keep_one_figure_per_arm(tmp_path):

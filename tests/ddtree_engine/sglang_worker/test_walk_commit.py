@@ -130,8 +130,10 @@ def test_the_graphs_replay_what_the_ops_give_on_new_inputs(pad):
     slots, eager_slots = built_steps(3, budget, topk, 0), built_steps(3, budget, topk, 0)
     table = torch.zeros(6, 64, dtype=torch.int32, device="cuda")
     eager_table = table.clone()
-    graphed = {bs: WalkCommit(slots[:bs], rows, table, torch.int64, graph=True, pool=pool) for bs in (1, 3)}
-    eager = {bs: WalkCommit(eager_slots[:bs], rows, eager_table, torch.int64) for bs in (1, 3)}
+    totals = torch.zeros(2, dtype=torch.int64, device="cuda")  # graphed, eager: the metrics' sums
+    graphed = {bs: WalkCommit(slots[:bs], rows, table, torch.int64, graph=True, pool=pool, total=totals[0:1]) for bs in (1, 3)}
+    eager = {bs: WalkCommit(eager_slots[:bs], rows, eager_table, torch.int64, total=totals[1:2]) for bs in (1, 3)}
+    want_total = 0
     for seed in range(6):
         bs = 1 if seed % 2 == 0 else 3
         fresh = built_steps(bs, budget, topk, seed)
@@ -146,4 +148,21 @@ def test_the_graphs_replay_what_the_ops_give_on_new_inputs(pad):
         for name in ("path", "emitted", "commit_lens", "bonus", "new_seq_lens", "order", "cols", "out_tokens", "last_row", "ctx_locs"):
             assert torch.equal(getattr(graphed[bs], name), getattr(eager[bs], name)), f"step {seed} bs {bs}: {name}"
         assert torch.equal(table, eager_table), f"step {seed}: req_to_token"
+        want_total += int(eager[bs].commit_lens.sum())
+        # Each step counted once: not again in the warm-up before a capture.
+        assert totals.tolist() == [want_total, want_total], f"step {seed}: metrics totals"
     assert all(p._run.graph is not None for p in graphed.values())
+
+
+def test_the_step_metrics_total_grows_by_each_steps_commit_lengths():
+    steps = built_steps(3, 6, 2, 0)
+    rows = 9
+    table = torch.zeros(6, 64, dtype=torch.int64, device=DEVICE)
+    total = torch.zeros(1, dtype=torch.int64, device=DEVICE)
+    post = WalkCommit(steps, rows, table, torch.int64, total=total)
+    want = 0
+    for seed in range(3):
+        post.run(*inputs(steps, rows, seed))
+        want += int(post.commit_lens.sum())
+        assert int(total) == want, f"step {seed}"
+    assert want > 3  # walks went past the roots

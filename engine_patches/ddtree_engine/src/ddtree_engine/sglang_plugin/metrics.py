@@ -3,7 +3,9 @@
 Pure torch (no sglang): tests/ddtree_engine/sglang_worker/test_metrics.py. A CUDA-graph step is a
 few milliseconds; reading the commit lengths back every step (`int(commit_lens.sum())`) would
 stall the host on the device once per step. The sum stays a device tensor; the host reads it
-once per `every` steps, when the log line is due.
+once per `every` steps, when the log line is due. The worker's walk + commit adds each step's
+commit lengths to `total` inside its CUDA graph (walk_commit.py), so counting a step costs the
+host no launch; `add` with commit lengths does the same sum outside a graph.
 """
 
 from __future__ import annotations
@@ -18,27 +20,30 @@ class StepMetrics:
         budget: the drafted nodes requested per step (shown in the line).
         nodes: the tree nodes verified per request and step.
         every: log every this many steps.
+        device: where `total` (the running sum of commit lengths) lives.
     """
 
-    def __init__(self, budget: int, nodes: int, every: int = 64):
+    def __init__(self, budget: int, nodes: int, every: int = 64, device: torch.device | str = "cpu"):
         self.budget, self.nodes, self.every = budget, nodes, every
         self.steps = 0
         self.requests = 0  # sum of bs over steps (host)
         self.graph_steps = 0  # steps whose target verify replayed a CUDA graph (host)
         self.draft_graph_steps = 0  # steps whose drafter replayed a CUDA graph (host)
-        self._commit: torch.Tensor | None = None  # sum of commit lengths (device)
+        self.total = torch.zeros(1, dtype=torch.int64, device=device)  # sum of commit lengths (device)
 
-    def add(self, bs: int, commit_lens: torch.Tensor, graph: bool = False, draft_graph: bool = False) -> str | None:
+    def add(self, bs: int, commit_lens: torch.Tensor | None = None, graph: bool = False,
+            draft_graph: bool = False) -> str | None:
         """Count one step; return the log line when one is due (the only host read), else None.
 
         Args:
             bs: requests in the step.
-            commit_lens: [bs] accepted tokens + bonus per request, on the device.
+            commit_lens: [bs] accepted tokens + bonus per request, on the device; None when the
+                step already added them to `total` (the walk + commit does).
             graph: the target's verify replayed a CUDA graph (SGLang's `can_run_cuda_graph`).
             draft_graph: the drafter's forward replayed a CUDA graph (its `can_run_graph`).
         """
-        step_sum = commit_lens.sum(dtype=torch.int64)
-        self._commit = step_sum if self._commit is None else self._commit + step_sum
+        if commit_lens is not None:
+            self.total.add_(commit_lens.sum(dtype=torch.int64))
         self.steps += 1
         self.requests += bs
         self.graph_steps += bool(graph)
@@ -50,7 +55,7 @@ class StepMetrics:
     def line(self) -> str:
         """The log line from the sums so far (reads the device sum: one host sync)."""
         n = max(self.requests, 1)
-        commit = int(self._commit) if self._commit is not None else 0
+        commit = int(self.total)
         accepted = commit - self.requests  # the bonus token is not a draft
         return (
             f"DDTREE metrics: bs={self.requests / max(self.steps, 1):.2f} budget={self.budget} "

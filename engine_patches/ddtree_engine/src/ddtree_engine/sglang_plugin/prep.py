@@ -97,6 +97,7 @@ class Graphed:
     def __init__(self, ops: Callable[[], None], device: torch.device, graph: bool, pool: GraphPool | None, what: str):
         self.ops, self.device, self.graph_wanted, self.pool, self.what = ops, torch.device(device), graph, pool, what
         self.graph: torch.cuda.CUDAGraph | None = None
+        self.warming = False  # True while `ops` runs as the warm-up before a capture (its work is redone)
 
     def __call__(self) -> None:
         if not self.graph_wanted:
@@ -121,7 +122,11 @@ class Graphed:
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
-            self.ops()
+            self.warming = True
+            try:
+                self.ops()
+            finally:
+                self.warming = False
         torch.cuda.current_stream(self.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         pool = self.pool.handle() if self.pool is not None else None

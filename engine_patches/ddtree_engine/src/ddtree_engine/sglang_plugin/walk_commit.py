@@ -14,8 +14,15 @@ Outputs (tensors that keep their storage across replays): `path`, `emitted` [bs,
 `commit_lens` [bs] int32; `bonus` [bs] int64; `new_seq_lens` [bs] (the prefix lengths' dtype);
 `order` [bs, W] int64 (commit.window_order); `cols` [bs, W] int64 (window positions);
 `out_tokens` [bs, W] int64 (accepted tokens, then 0); `last_row` [bs] int64 (the row whose hybrid
-state is committed); `ctx_locs` [bs, W] int64 (the drafter's KV slots in path order). Side effect:
-`req_to_token[req, prefix + j]` holds the window's slots in committed order.
+state is committed); `ctx_locs` [bs, W] int64 (the drafter's KV slots in path order). Side effects:
+`req_to_token[req, prefix + j]` holds the window's slots in committed order; `total` (when given)
+grows by the step's accepted tokens + bonuses, summed on the device (metrics.StepMetrics).
+
+A replay overwrites the outputs of the one before, and the outputs live in the graph pool the
+worker's other graphs share: an earlier capture's temporaries may lie under them, so the next
+replay of that graph (the next step's tree step) would overwrite them too. What a step hands on is
+copied out before any other replay (worker.py). (An attempt on 2026-12-02 to hand them on from two
+alternating instances instead crashed the 4B-class target on the H200 for exactly that reason.)
 """
 
 from __future__ import annotations
@@ -39,10 +46,12 @@ class WalkCommit:
         graph: capture a CUDA graph on the first call and replay it after (prep.Graphed: a failed
             capture leaves it eager).
         pool: the GraphPool captures allocate from (shared with the tree step's).
+        total: a [1] int64 device tensor the step's commit lengths are added to (once per step: not
+            in the warm-up before a capture), or None.
     """
 
     def __init__(self, steps: list[TreeStep], rows: int, req_to_token: torch.Tensor, seq_dtype: torch.dtype,
-                 graph: bool = False, pool: GraphPool | None = None):
+                 graph: bool = False, pool: GraphPool | None = None, total: torch.Tensor | None = None):
         bs, width = len(steps), steps[0].num_rows
         if rows < width:
             raise ValueError(f"expected rows >= the trees' width {width}, got {rows}")
@@ -55,6 +64,7 @@ class WalkCommit:
         self.locs = torch.zeros(bs, rows, **long)
         self.write_ids = torch.zeros(bs, rows, **long)
         self.idx = torch.arange(width, **long)
+        self.total = total
         self._run = Graphed(self._ops, device, graph, pool, f"the walk and commit (bs {bs}, {rows} rows)")
 
     def _ops(self) -> None:
@@ -76,22 +86,27 @@ class WalkCommit:
         self.last_row = last_accepted_row(self.path, self.commit_lens)
         self.out_tokens = torch.where(accepted, self.emitted, 0)
         self.ctx_locs = torch.gather(self.write_ids, 1, self.order)
+        if self.total is not None and not self._run.warming:
+            self.total.add_(self.commit_lens.sum(dtype=torch.int64))
 
-    def run(self, choice: torch.Tensor, prefix_lens: torch.Tensor, req_pool_indices: torch.Tensor,
+    def run(self, choice: torch.Tensor | None, prefix_lens: torch.Tensor, req_pool_indices: torch.Tensor,
             verify_locs: torch.Tensor, write_ids: torch.Tensor) -> None:
         """Walk and commit this step.
 
         Args:
-            choice: [bs, W] the target's choice per tree row.
+            choice: [bs, W] the target's choice per tree row, or None when the caller wrote them
+                into `self.choice` (`torch.argmax(..., out=post.choice)`: no copy).
             prefix_lens: [bs] the committed lengths before this step.
             req_pool_indices: [bs] the requests' rows of req_to_token.
             verify_locs: [bs * C] the KV slots the verify wrote, row j of request i at i * C + j.
             write_ids: [bs * C] the drafter's KV slots for the same rows.
         """
-        self.choice.copy_(choice)
+        if choice is not None:
+            self.choice.copy_(choice)
         self.prefix.copy_(prefix_lens)
         self.req.copy_(req_pool_indices)
         self.locs.copy_(verify_locs.view(self.locs.shape))
         self.write_ids.copy_(write_ids.view(self.write_ids.shape))
         # The warm-up before a capture writes req_to_token too: the same window, from the same inputs.
         self._run()
+

@@ -133,7 +133,7 @@ class DDTreeWorker(DFlashWorkerV2):
         self._prep_graphs = graphs_wanted(torch.device(self.device), bool(getattr(server_args, "disable_cuda_graph", False)))
         self._preps = TreePreps(self._tree_step, self.depths, self.vocab_size, self.device, graph=self._prep_graphs, pool=self._graph_pool)
         self._trace_path = os.environ.get(TRACE_ENV) or None
-        self._metrics = StepMetrics(self.budget, self.nodes)
+        self._metrics = StepMetrics(self.budget, self.nodes, device=self.device)
         self.check_supported()
         # The target's verify graphs, when SGLang captures them (after this constructor), carry
         # the tree mask (graph_runner.py); the verify pads its rows to their width (padding.py).
@@ -320,7 +320,8 @@ class DDTreeWorker(DFlashWorkerV2):
         post = self._posts.get(key)
         if post is None:
             req_to_token = self.model_runner.req_to_token_pool.req_to_token
-            post = WalkCommit(steps, rows, req_to_token, seq_dtype, graph=self._prep_graphs, pool=self._graph_pool)
+            post = WalkCommit(steps, rows, req_to_token, seq_dtype, graph=self._prep_graphs, pool=self._graph_pool,
+                              total=self._metrics.total)
             self._posts[key] = post
         return post
 
@@ -440,7 +441,7 @@ class DDTreeWorker(DFlashWorkerV2):
             verify_locs = self._window_locs(batch, prefix_lens, rows)
             plan = self._window_plan(batch, prefix_lens, seq_lens_cpu, verify_locs, rows)
         # SGLang's custom mask: per request [rows, prefix + rows] row-major, True = may attend.
-        custom_mask = verify_mask(prep, [int(n) for n in seq_lens_cpu])
+        custom_mask = verify_mask(prep, seq_lens_cpu.tolist())
         # draft_token_num (-> num_tokens_per_req) == the captured width is what lets SGLang's
         # can_run_graph replay; prepare_for_verify loads the graph's buffers when it can.
         verify_input = DDTreeVerifyInput(
@@ -455,7 +456,6 @@ class DDTreeWorker(DFlashWorkerV2):
             retrieve_next_sibling=v_next_sibling,
         )
         batch.out_cache_loc = verify_locs
-        seq_lens_pre_verify = batch.seq_lens.clone()
         backup_cpu, backup_sum = batch.seq_lens_cpu, batch.seq_lens_sum
         verify_cpu = seq_lens_cpu + rows
         batch.seq_lens_cpu, batch.seq_lens_sum = verify_cpu, int(verify_cpu.sum())
@@ -468,22 +468,23 @@ class DDTreeWorker(DFlashWorkerV2):
         target_lp = self._target_logits_processor
         if target_lp is not None and target_lp.is_deferred_shard(logits_output.next_token_logits):
             logits_output.next_token_logits = target_lp.finish_deferred_gather(logits_output.next_token_logits)
-        # The walk reads the tree's W rows only: no pad row is ever accepted.
-        choice = torch.argmax(logits_output.next_token_logits, dim=-1).view(bs, rows)[:, :width]
-
-        # 4-5. Walk each tree with the target's choices, then commit: the request's KV window
-        # permuted so the accepted nodes come first (walk_commit.py: one CUDA-graph replay per
-        # batch size when graphs are on).
-        write_ids = plan.write_ids(self.draft_model_runner.kv_index_translator)
+        # 4-5. Walk each tree with the target's choices (argmax straight into the walk's input; it reads
+        # the tree's W rows only: no pad row is ever accepted), then commit: the request's KV window
+        # permuted so the accepted nodes come first (walk_commit.py: one CUDA-graph replay per batch
+        # size when graphs are on). What leaves this step (the batch's lengths, the next draft input,
+        # the scheduler's tokens) is copied out of the replayed buffers, which the graph pool's next
+        # replay may overwrite (walk_commit.py).
         post = self._walk_commit(steps, rows, prefix_lens.dtype)
-        post.run(choice, prefix_lens, batch.req_pool_indices, verify_locs, write_ids)
-        # What leaves this step (the batch's lengths, the next draft input, the scheduler's tokens) is
-        # copied out of the replayed buffers, which the next step overwrites.
+        torch.argmax(logits_output.next_token_logits.view(bs, rows, -1)[:, :width], dim=-1, out=post.choice)
+        write_ids = plan.write_ids(self.draft_model_runner.kv_index_translator)
+        post.run(None, prefix_lens, batch.req_pool_indices, verify_locs, write_ids)
         commit_lens, bonus, new_seq_lens = post.commit_lens.clone(), post.bonus.clone(), post.new_seq_lens.clone()
         path, order, cols, out_tokens, ctx_locs = post.path, post.order, post.cols, post.out_tokens.clone(), post.ctx_locs
+        choice = post.choice
 
         if self._need_mamba_verify_commit:
-            self._commit_hybrid_state(batch, seq_lens_pre_verify, new_seq_lens, commit_lens, path, post.last_row)
+            # prefix_lens: the lengths before this verify (the step writes no batch.seq_lens in place).
+            self._commit_hybrid_state(batch, prefix_lens, new_seq_lens, commit_lens, path, post.last_row)
 
         if on_publish is not None:
             on_publish(new_seq_lens)
@@ -502,7 +503,7 @@ class DDTreeWorker(DFlashWorkerV2):
             commit_lens=commit_lens,
         )
         logits_output.hidden_states = None
-        line = self._metrics.add(bs, commit_lens, graph=bool(target_out.can_run_cuda_graph), draft_graph=draft_graph)
+        line = self._metrics.add(bs, graph=bool(target_out.can_run_cuda_graph), draft_graph=draft_graph)
         if line is not None:
             logger.info("%s", line)
         if self._trace_path:
