@@ -7,8 +7,9 @@ After the target's verify, a DDTREE step walks every tree with the target's choi
 each request's KV window so the accepted nodes come first (commit.py). Op by op that is ~40 small
 launches per step, and on a small model the host launching them is the step's critical path (the
 lab pair on the H200, 2026-12-01: DDTREE 15/8 4.2 ms/step against DFLASH's 2.9). `WalkCommit`
-captures them once per (batch size, rows) and replays them: the host copies the choices, prefix
-lengths, request slots and KV locations into static buffers and launches one graph.
+captures them once per (batch size, rows) and replays them: the target's argmax writes the choices
+into a static buffer (`choice`, with `out=`), the host copies the prefix lengths, request slots and
+KV locations into others and launches one graph.
 
 Outputs (tensors that keep their storage across replays): `path`, `emitted` [bs, W] int64;
 `commit_lens` [bs] int32; `bonus` [bs] int64; `new_seq_lens` [bs] (the prefix lengths' dtype);

@@ -475,7 +475,8 @@ class DDTreeWorker(DFlashWorkerV2):
         # the scheduler's tokens) is copied out of the replayed buffers, which the graph pool's next
         # replay may overwrite (walk_commit.py).
         post = self._walk_commit(steps, rows, prefix_lens.dtype)
-        torch.argmax(logits_output.next_token_logits.view(bs, rows, -1)[:, :width], dim=-1, out=post.choice)
+        logits = logits_output.next_token_logits
+        torch.argmax(logits.view(bs, rows, logits.shape[-1])[:, :width], dim=-1, out=post.choice)  # bs * rows rows, or raise
         write_ids = plan.write_ids(self.draft_model_runner.kv_index_translator)
         post.run(None, prefix_lens, batch.req_pool_indices, verify_locs, write_ids)
         commit_lens, bonus, new_seq_lens = post.commit_lens.clone(), post.bonus.clone(), post.new_seq_lens.clone()
