@@ -25,6 +25,9 @@ Triton attention, page size 1, radix cache off, overlap schedule off, bf16, batc
 `profile` arms also record a torch-profiler trace of 12 steps (the first a prefill), summarised per kernel
 (profile_summary.py); PROFILE_STACK=1 records Python stacks too, for profile_compare.py (two arms' host
 steps side by side). The table gives each arm's tok/s over DFLASH's per round too (the median and range).
+PIN_CPUS=2,3 pins every thread of each arm's SGLang scheduler process to those CPUs once it has loaded (the same
+CPUs for every arm: they measure one at a time), so no arm's host work runs on CPUs the others did not get; the
+result records what was pinned (SGLang pins nothing by default).
 """
 import json, os, subprocess, sys, time
 
@@ -50,6 +53,41 @@ else:
     eng = sgl.Engine(**cfg)
 load_s = time.time() - t0
 fcntl.flock(lock, fcntl.LOCK_UN)
+def pin_scheduler(cpus):
+    """Every thread of this engine's scheduler process (its title starts sglang::scheduler) onto `cpus`
+    (from /proc: the stand-in engine of the CPU tests has no psutil)."""
+    def parent(pid):
+        try:
+            return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return 0
+    def mine(pid):
+        while pid > 1:
+            pid = parent(pid)
+            if pid == os.getpid():
+                return True
+        return False
+    found = []
+    for pid in (int(d) for d in os.listdir("/proc") if d.isdigit()):
+        try:
+            title = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "sglang::scheduler" in title and mine(pid):
+            found.append(pid)
+    if not found:
+        return {"pin_error": "no sglang::scheduler process under this engine"}
+    done = []
+    for pid in found:
+        threads = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        for tid in threads:
+            os.sched_setaffinity(tid, cpus)
+        done.append({"pid": pid, "threads": len(threads), "cpus": sorted(os.sched_getaffinity(pid))})
+    return {"pinned": done}
+pin = {}
+if os.environ.get("PIN_CPUS"):
+    pin = pin_scheduler({int(c) for c in os.environ["PIN_CPUS"].split(",")})
+    print(json.dumps(pin), file=sys.stderr, flush=True)
 open(bench["ready"], "w").close()
 parent = os.getppid()
 def wait_for(path):  # as long as the parent lives: other arms' rounds may take long
@@ -57,7 +95,7 @@ def wait_for(path):  # as long as the parent lives: other arms' rounds may take 
         if os.getppid() != parent:
             raise SystemExit(f"the parent left before {path}")
         time.sleep(0.02)
-out = {"load_s": load_s}
+out = {"load_s": load_s, **pin}
 def gen(ids, n, ignore_eos):
     t = time.perf_counter()
     o = eng.generate(input_ids=ids, sampling_params={"temperature": 0, "max_new_tokens": n, "ignore_eos": ignore_eos})

@@ -19,7 +19,11 @@ REPO = Path(__file__).resolve().parents[3]
 STEP_COST = REPO / "benchmarks/sglang_h200/step_cost.py"
 
 FAKE_SGLANG = r'''
-import json, os, time
+import json, os, subprocess, sys, time
+
+# A stand-in scheduler process, titled as SGLang titles its own (PIN_CPUS finds it by that); it ends with
+# the engine's process.
+SCHEDULER = "import os, time\np = os.getppid()\nwhile os.getppid() == p:\n    time.sleep(0.2)"
 
 
 def _arm(kw):
@@ -37,6 +41,7 @@ class Engine:
         self.kw = dict(server_args or kw)
         self.arm = _arm(self.kw)
         self.decodes = 0
+        self.scheduler = subprocess.Popen([sys.executable, "-c", SCHEDULER, "sglang::scheduler_TP0"])
 
     def generate(self, input_ids, sampling_params):
         n = sampling_params["max_new_tokens"]
@@ -56,6 +61,7 @@ class Engine:
 
     def shutdown(self):
         _log(arm=self.arm, shutdown=True)
+        self.scheduler.kill()
 '''
 
 
@@ -171,3 +177,15 @@ def test_every_round_is_printed_and_kept_in_a_partial_file_as_it_ends(tmp_path):
     assert partial[0]["step_ms"] == by_arm["q35-4b", "dflash"]["step_ms"]
     assert partial[3]["step_ms_rounds"] == by_arm["lab", "ddtree-graph-8-4"]["step_ms_rounds"]
     assert len(partial[3]["tok_per_s_rounds"]) == 2
+
+
+def test_pin_cpus_pins_every_arms_scheduler_to_the_same_cpus(tmp_path):
+    cpu = min(os.sched_getaffinity(0))
+    groups = [{"model": "lab", "prompts": "lab", "arms": ["dflash", "ddtree-graph-15-8"]}]
+    results, _, _ = run_harness(tmp_path, groups, rounds=1, PIN_CPUS=str(cpu))
+    for r in results:
+        assert r["rc"] == 0 and len(r["pinned"]) == 1, r
+        assert r["pinned"][0]["cpus"] == [cpu] and r["pinned"][0]["threads"] >= 1
+    # Without PIN_CPUS nothing is pinned or recorded.
+    results, _, _ = run_harness(tmp_path / "again", groups, rounds=1)
+    assert all("pinned" not in r and "pin_error" not in r for r in results)
