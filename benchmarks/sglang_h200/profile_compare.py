@@ -31,14 +31,19 @@ WORKER_STEP = re.compile(r"(speculative/dflash_worker_v2\.py|speculative/eagle_w
 COLLAPSED = re.compile(r"ddtree_engine/sglang_plugin/worker\.py\(\d+\): (_tree_decode|_draft_hidden)$")
 
 
-def load(folder: str) -> list[dict]:
+def read_trace(folder: str) -> tuple[str, list[dict]]:
+    """The first torch-profiler trace under `folder` (DIR/**/*.trace.json.gz, else a .json; gzip or not;
+    a dict with traceEvents or a bare list): its file name and events. profile_summary.py reads with it too."""
     files = sorted(glob.glob(f"{folder}/**/*.trace.json.gz", recursive=True)) or sorted(glob.glob(f"{folder}/**/*.json", recursive=True))
     if not files:
         raise SystemExit(f"no trace under {folder}")
     with (gzip.open if files[0].endswith(".gz") else open)(files[0], "rt") as f:
         trace = json.load(f)
-    events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    return [e for e in events if e.get("ph") == "X" and e.get("cat") in KINDS]
+    return files[0].split("/")[-1], trace["traceEvents"] if isinstance(trace, dict) else trace
+
+
+def load(folder: str) -> list[dict]:
+    return [e for e in read_trace(folder)[1] if e.get("ph") == "X" and e.get("cat") in KINDS]
 
 
 def short(event: dict) -> str:

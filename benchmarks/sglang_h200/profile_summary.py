@@ -7,16 +7,14 @@ Prints the GPU busy time, the number of kernel launches and the top kernels by t
 gaps shorter than GAP_MS (inside steps; longer ones are between requests) by the kernels on either side: the
 places a step waits for its host. Then the host's CUDA runtime calls per step (launches, graph launches, syncs).
 """
-import collections, glob, gzip, json, sys
+import collections, os, sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from profile_compare import read_trace
 
 folder = sys.argv[1]
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 12
-files = sorted(glob.glob(f"{folder}/**/*.trace.json.gz", recursive=True)) or sorted(glob.glob(f"{folder}/**/*.json", recursive=True))
-if not files:
-    raise SystemExit(f"no trace under {folder}")
-with (gzip.open if files[0].endswith(".gz") else open)(files[0], "rt") as f:
-    trace = json.load(f)
-events = trace["traceEvents"] if isinstance(trace, dict) else trace
+trace_name, events = read_trace(folder)
 kernels = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e.get("ph") == "X"]
 by_name = collections.defaultdict(lambda: [0.0, 0])
 for e in kernels:
@@ -29,7 +27,7 @@ if kernels:
 else:
     span = 0.0
 # CPU-side time between the first and the last kernel that the GPU sat idle: launch and host overhead.
-print(f"trace {files[0].split('/')[-1]}: {len(kernels)} GPU ops over {steps} steps; GPU busy {total / steps:.1f} us/step, "
+print(f"trace {trace_name}: {len(kernels)} GPU ops over {steps} steps; GPU busy {total / steps:.1f} us/step, "
       f"span {span / steps:.1f} us/step, idle {(span - total) / steps:.1f} us/step, {len(kernels) / steps:.1f} launches/step")
 print("| us/step | launches/step | kernel |")
 print("|---|---|---|")

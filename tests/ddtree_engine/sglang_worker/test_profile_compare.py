@@ -58,3 +58,27 @@ def test_a_trace_without_python_stacks_is_named(tmp_path):
         json.dump({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 0, "dur": 1}]}, f)
     run = subprocess.run([sys.executable, str(SCRIPT), str(folder), str(folder)], capture_output=True, text=True)
     assert run.returncode != 0 and "PROFILE_STACK=1" in run.stderr
+
+
+SUMMARY = REPO / "benchmarks/sglang_h200/profile_summary.py"
+
+
+def kernel(name, ts, dur):
+    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur}
+
+
+def test_profile_summary_reads_a_gzip_trace_and_a_bare_list_alike(tmp_path):
+    """profile_summary.py reads traces with profile_compare.read_trace: a gzip'd dict and a plain .json list."""
+    events = [kernel("gemm", 0, 30), kernel("norm", 40, 10), kernel("gemm", 100, 30)]
+    (tmp_path / "gz").mkdir()
+    with gzip.open(tmp_path / "gz" / "x.trace.json.gz", "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "y.json").write_text(json.dumps(events))
+    for folder, name in (("gz", "x.trace.json.gz"), ("plain", "y.json")):
+        out = subprocess.run([sys.executable, str(SUMMARY), str(tmp_path / folder), "2"], capture_output=True, text=True, check=True).stdout
+        assert f"trace {name}: 3 GPU ops over 2 steps; GPU busy 35.0 us/step, span 65.0 us/step" in out
+        assert "| 30.0 | 1.0 | gemm |" in out
+        assert "| 35.0 | 1.0 | gemm -> gemm |" not in out and "| 5.0 | 0.5 | gemm -> norm |" in out
+    empty = subprocess.run([sys.executable, str(SUMMARY), str(tmp_path / "none")], capture_output=True, text=True)
+    assert empty.returncode != 0 and "no trace under" in empty.stderr
