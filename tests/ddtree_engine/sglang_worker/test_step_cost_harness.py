@@ -22,8 +22,9 @@ FAKE_SGLANG = r'''
 import json, os, subprocess, sys, time
 
 # A stand-in scheduler process, titled as SGLang titles its own (PIN_CPUS finds it by that); it ends with
-# the engine's process.
-SCHEDULER = "import os, time\np = os.getppid()\nwhile os.getppid() == p:\n    time.sleep(0.2)"
+# the engine's process. Like SGLang's Engine, the stand-in returns once its scheduler says it is ready
+# (just after exec, /proc/PID/cmdline can still read empty).
+SCHEDULER = "import os, time\np = os.getppid()\nprint('ready', flush=True)\nwhile os.getppid() == p:\n    time.sleep(0.2)"
 
 
 def _arm(kw):
@@ -41,7 +42,8 @@ class Engine:
         self.kw = dict(server_args or kw)
         self.arm = _arm(self.kw)
         self.decodes = 0
-        self.scheduler = subprocess.Popen([sys.executable, "-c", SCHEDULER, "sglang::scheduler_TP0"])
+        self.scheduler = subprocess.Popen([sys.executable, "-c", SCHEDULER, "sglang::scheduler_TP0"], stdout=subprocess.PIPE)
+        self.scheduler.stdout.readline()
 
     def generate(self, input_ids, sampling_params):
         n = sampling_params["max_new_tokens"]
