@@ -25,12 +25,18 @@ class HostReads(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+def one_step(metrics, bs, commit_lens, **kw):
+    """One step as the worker's: the walk + commit adds the commit lengths to `total` on the device, then add()."""
+    metrics.total.add_(torch.tensor(commit_lens, dtype=torch.int32).sum(dtype=torch.int64))
+    return metrics.add(bs, **kw)
+
+
 def test_steps_between_log_lines_do_not_read_the_device():
     metrics = StepMetrics(budget=15, nodes=15, every=4)
     lines = []
     with HostReads() as seen:
         for step in range(3):
-            lines.append(metrics.add(2, torch.tensor([3, 1], dtype=torch.int32)))
+            lines.append(one_step(metrics, 2, [3, 1]))
     assert lines == [None, None, None]
     assert seen.reads == []
 
@@ -39,9 +45,9 @@ def test_the_due_step_reads_once_and_logs_the_running_means():
     metrics = StepMetrics(budget=8, nodes=8, every=4)
     commits = [[3, 1], [2, 2], [5, 1], [1, 1]]  # 16 tokens over 8 request-steps
     for i, c in enumerate(commits[:-1]):
-        assert metrics.add(2, torch.tensor(c, dtype=torch.int32), graph=i > 0, draft_graph=i == 1) is None
+        assert one_step(metrics, 2, c, graph=i > 0, draft_graph=i == 1) is None
     with HostReads() as seen:
-        line = metrics.add(2, torch.tensor(commits[-1], dtype=torch.int32), graph=True)
+        line = one_step(metrics, 2, commits[-1], graph=True)
     assert len(seen.reads) == 1
     assert line == (
         "DDTREE metrics: bs=2.00 budget=8 avg_actual_nodes=8.00 avg_accepted_drafts=1.000 "
@@ -49,5 +55,5 @@ def test_the_due_step_reads_once_and_logs_the_running_means():
     )
     # The next window keeps the totals running, as the worker's log always did.
     for _ in range(4):
-        line = metrics.add(1, torch.tensor([4], dtype=torch.int32))
+        line = one_step(metrics, 1, [4])
     assert "bs=1.50" in line and "avg_commit_len=2.667" in line  # (16 + 16) / 12

@@ -75,6 +75,12 @@ def inputs(steps, rows, seed):
     return choice, prefix, req, locs, write_ids
 
 
+def walk(post, choice, *rest):
+    """As the worker does: the target's choices written into post.choice (its argmax's out=), then run."""
+    post.choice.copy_(choice)
+    post.run(*rest)
+
+
 @pytest.mark.parametrize("bs,budget,topk,pad", [(1, 9, 3, 0), (1, 9, 3, 6), (3, 6, 2, 2), (2, 1, 1, 3)])
 def test_walk_and_commit_match_the_op_by_op_path(bs, budget, topk, pad):
     rows = budget + 1 + pad
@@ -91,7 +97,7 @@ def test_walk_and_commit_match_the_op_by_op_path(bs, budget, topk, pad):
             for mine, new in zip(post.steps, steps):  # the worker rebuilds each slot's tree in place
                 for buf, val in zip(mine.tree, new.tree):
                     buf.copy_(val)
-        post.run(*args)
+        walk(post, *args)
         for name, value in want.items():
             assert torch.equal(getattr(post, name), value), f"seed {seed}: {name}"
         assert torch.equal(table, want_table), f"seed {seed}: req_to_token"
@@ -104,7 +110,7 @@ def test_the_commit_puts_the_accepted_slots_first():
     choice, prefix, req, locs, write_ids = inputs(steps, rows, 4)
     table = torch.zeros(6, 64, dtype=torch.int64, device=DEVICE)
     post = WalkCommit(steps, rows, table, prefix.dtype)
-    post.run(choice, prefix, req, locs, write_ids)
+    walk(post, choice, prefix, req, locs, write_ids)
     n, start = int(post.commit_lens[0]), int(prefix[0])
     path = post.path[0, :n]
     assert n >= 2
@@ -142,8 +148,8 @@ def test_the_graphs_replay_what_the_ops_give_on_new_inputs(pad):
                 for buf, val in zip(mine.tree, new.tree):
                     buf.copy_(val)
         args = inputs(fresh, rows, seed)
-        graphed[bs].run(*args)
-        eager[bs].run(*args)
+        walk(graphed[bs], *args)
+        walk(eager[bs], *args)
         torch.cuda.synchronize()
         for name in ("path", "emitted", "commit_lens", "bonus", "new_seq_lens", "order", "cols", "out_tokens", "last_row", "ctx_locs"):
             assert torch.equal(getattr(graphed[bs], name), getattr(eager[bs], name)), f"step {seed} bs {bs}: {name}"
@@ -162,7 +168,7 @@ def test_the_step_metrics_total_grows_by_each_steps_commit_lengths():
     post = WalkCommit(steps, rows, table, torch.int64, total=total)
     want = 0
     for seed in range(3):
-        post.run(*inputs(steps, rows, seed))
+        walk(post, *inputs(steps, rows, seed))
         want += int(post.commit_lens.sum())
         assert int(total) == want, f"step {seed}"
     assert want > 3  # walks went past the roots

@@ -5,7 +5,7 @@ few milliseconds; reading the commit lengths back every step (`int(commit_lens.s
 stall the host on the device once per step. The sum stays a device tensor; the host reads it
 once per `every` steps, when the log line is due. The worker's walk + commit adds each step's
 commit lengths to `total` inside its CUDA graph (walk_commit.py), so counting a step costs the
-host no launch; `add` with commit lengths does the same sum outside a graph.
+host no launch.
 """
 
 from __future__ import annotations
@@ -31,19 +31,15 @@ class StepMetrics:
         self.draft_graph_steps = 0  # steps whose drafter replayed a CUDA graph (host)
         self.total = torch.zeros(1, dtype=torch.int64, device=device)  # sum of commit lengths (device)
 
-    def add(self, bs: int, commit_lens: torch.Tensor | None = None, graph: bool = False,
-            draft_graph: bool = False) -> str | None:
-        """Count one step; return the log line when one is due (the only host read), else None.
+    def add(self, bs: int, graph: bool = False, draft_graph: bool = False) -> str | None:
+        """Count one step whose commit lengths are already in `total` (the walk + commit adds them);
+        return the log line when one is due (the only host read), else None.
 
         Args:
             bs: requests in the step.
-            commit_lens: [bs] accepted tokens + bonus per request, on the device; None when the
-                step already added them to `total` (the walk + commit does).
             graph: the target's verify replayed a CUDA graph (SGLang's `can_run_cuda_graph`).
             draft_graph: the drafter's forward replayed a CUDA graph (its `can_run_graph`).
         """
-        if commit_lens is not None:
-            self.total.add_(commit_lens.sum(dtype=torch.int64))
         self.steps += 1
         self.requests += bs
         self.graph_steps += bool(graph)

@@ -90,20 +90,17 @@ class WalkCommit:
         if self.total is not None and not self._run.warming:
             self.total.add_(self.commit_lens.sum(dtype=torch.int64))
 
-    def run(self, choice: torch.Tensor | None, prefix_lens: torch.Tensor, req_pool_indices: torch.Tensor,
-            verify_locs: torch.Tensor, write_ids: torch.Tensor) -> None:
-        """Walk and commit this step.
+    def run(self, prefix_lens: torch.Tensor, req_pool_indices: torch.Tensor, verify_locs: torch.Tensor,
+            write_ids: torch.Tensor) -> None:
+        """Walk and commit this step, with the target's choices per tree row already in `self.choice`
+        [bs, W] (the worker's argmax writes them there: `torch.argmax(..., out=post.choice)`).
 
         Args:
-            choice: [bs, W] the target's choice per tree row, or None when the caller wrote them
-                into `self.choice` (`torch.argmax(..., out=post.choice)`: no copy).
             prefix_lens: [bs] the committed lengths before this step.
             req_pool_indices: [bs] the requests' rows of req_to_token.
             verify_locs: [bs * C] the KV slots the verify wrote, row j of request i at i * C + j.
             write_ids: [bs * C] the drafter's KV slots for the same rows.
         """
-        if choice is not None:
-            self.choice.copy_(choice)
         self.prefix.copy_(prefix_lens)
         self.req.copy_(req_pool_indices)
         self.locs.copy_(verify_locs.view(self.locs.shape))

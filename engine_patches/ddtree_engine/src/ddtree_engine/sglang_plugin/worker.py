@@ -478,7 +478,7 @@ class DDTreeWorker(DFlashWorkerV2):
         logits = logits_output.next_token_logits
         torch.argmax(logits.view(bs, rows, logits.shape[-1])[:, :width], dim=-1, out=post.choice)  # bs * rows rows, or raise
         write_ids = plan.write_ids(self.draft_model_runner.kv_index_translator)
-        post.run(None, prefix_lens, batch.req_pool_indices, verify_locs, write_ids)
+        post.run(prefix_lens, batch.req_pool_indices, verify_locs, write_ids)
         commit_lens, bonus, new_seq_lens = post.commit_lens.clone(), post.bonus.clone(), post.new_seq_lens.clone()
         path, order, cols, out_tokens, ctx_locs = post.path, post.order, post.cols, post.out_tokens.clone(), post.ctx_locs
         choice = post.choice
