@@ -227,6 +227,31 @@ def test_triton_captures_and_replays_the_mask_only_when_the_capture_input_had_on
     assert "num_tokens_per_req = self._target_verify_num_tokens_per_req(spec_info)" in replay
 
 
+def test_the_mask_buffer_the_tree_step_writes_is_sglangs_verify_mask():
+    """worker._sglang_mask_buffer reads the target backend's `verify_mask` (a hybrid backend's is its
+    full-attention child's): a VerifyMask with buffer, mode, is_read and fits(bs), the triton backend's
+    a flat uint8 FULL_MASK buffer allocated with its graphs; the replay's copy into it from
+    spec_info.custom_mask (a view of the same cells then) is what torch skips."""
+    _, mask = module_source("sglang.srt.layers.attention.verify_mask")
+    vm = ast.parse(mask)
+    fields = {n.target.id for c in vm.body if isinstance(c, ast.ClassDef) and c.name == "VerifyMask"
+              for n in c.body if isinstance(n, ast.AnnAssign)}
+    assert {"buffer", "mode", "max_bs", "is_read"} <= fields
+    assert "def fits(self, bs: int) -> bool:" in mask
+    assert "elif mode == TreeMaskMode.FULL_MASK:\n        per_req = num_draft_tokens * (max_context_len + num_draft_tokens)" in mask
+    _, base = module_source("sglang.srt.layers.attention.base_attn_backend")
+    assert "def verify_mask(self) -> Optional[VerifyMask]:" in base
+    _, hybrid = module_source("sglang.srt.layers.attention.hybrid_linear_attn_backend")
+    assert "return self.full_attn_backend.verify_mask" in " ".join(function_source(hybrid, "verify_mask").split())
+    _, triton = module_source("sglang.srt.layers.attention.triton_backend")
+    flat = " ".join(triton.split())
+    assert "is_read=True, dtype=torch.uint8, )" in flat and "return self._verify_mask" in flat
+    assert "def verify_mask(self) -> Optional[VerifyMask]:" in triton
+    worker = WORKER.read_text()
+    assert 'getattr(self.target_worker.model_runner.attn_backend, "verify_mask", None)' in worker
+    assert "custom_mask = prep.mask_out[:mask_cells]" in worker
+
+
 def test_a_verify_replays_only_at_the_captured_width_and_prepare_for_verify_loads_it():
     _, runner = module_source("sglang.srt.model_executor.runner.decode_cuda_graph_runner")
     can_run = " ".join(function_source(runner, "can_run_graph").split())

@@ -61,7 +61,8 @@ def op_by_op(w, hidden, roots, prefixes, budget, topk, rows):
 def test_a_batch_matches_the_op_by_op_path(bs, budget, topk, rows):
     w = weight()
     steps = [TreeStep(DEPTHS, VOCAB, budget, topk, DEVICE) for _ in range(bs)]
-    prep = TreePrep(steps, w, VOCAB, rows, logits_buffer(bs + 1, w), hidden_buffer(bs, w))
+    sglang_mask = torch.full((bs * rows * (60 + rows),), 7, dtype=torch.uint8, device=DEVICE)  # SGLang's buffer
+    prep = TreePrep(steps, w, VOCAB, rows, logits_buffer(bs + 1, w), hidden_buffer(bs, w), mask_out=sglang_mask)
     for seed in range(3):  # reused across steps: nothing stale survives
         hidden = hidden_states(bs, seed)
         roots = [5 + seed + 3 * i for i in range(bs)]
@@ -72,6 +73,8 @@ def test_a_batch_matches_the_op_by_op_path(bs, budget, topk, rows):
             assert torch.equal(getattr(prep, name).cpu(), value.cpu()), f"seed {seed}: {name}"
         assert torch.equal(prep.logits[..., :VOCAB].cpu(), logits.cpu())
         assert torch.equal(verify_mask(prep, prefixes).cpu(), mask.cpu()), f"seed {seed}: mask"
+        # The same mask written straight into SGLang's buffer, from its start.
+        assert torch.equal(sglang_mask[: mask.numel()].cpu(), mask.to(torch.uint8).cpu()), f"seed {seed}: mask in the buffer"
 
 
 def test_the_worker_cache_grows_its_buffers_and_remakes_what_held_the_old_ones():
@@ -97,6 +100,14 @@ def test_the_worker_cache_grows_its_buffers_and_remakes_what_held_the_old_ones()
     want, mask, _ = op_by_op(moved, hidden, [1, 2, 3], prefixes, 7, 3, 9)
     assert torch.equal(prep.tokens.cpu(), want["tokens"].cpu())
     assert torch.equal(verify_mask(prep, prefixes).cpu(), mask.cpu())
+    # A prep writing the verify mask into a buffer: the same buffer keeps it, another remakes it.
+    buf = torch.zeros(3 * 9 * (20 + 9), dtype=torch.uint8, device=DEVICE)
+    masked = preps.get(3, 9, moved, buf)
+    assert masked is not prep and masked.mask_out is buf and preps.get(3, 9, moved, buf) is masked
+    assert preps.get(3, 9, moved, torch.zeros_like(buf)) is not masked and preps.get(3, 9, moved).mask_out is None
+    masked = preps.get(3, 9, moved, buf)
+    masked.run(hidden, torch.tensor([1, 2, 3], device=DEVICE), torch.tensor(prefixes, device=DEVICE))
+    assert torch.equal(buf[: mask.numel()].cpu(), mask.to(torch.uint8).cpu())
 
 
 def test_fewer_rows_than_the_tree_or_a_short_buffer_are_refused():
@@ -157,7 +168,8 @@ def test_the_graphs_replay_what_the_ops_give_on_new_inputs(budget, topk, rows):
     slots = [TreeStep(depths, vocab, budget, topk, "cuda") for _ in range(3)]
     buf = torch.empty(3, depths, vocab + 64, dtype=torch.bfloat16, device="cuda")
     hid = torch.zeros(3, depths, hidden_size, dtype=torch.bfloat16, device="cuda")
-    graphed = {bs: TreePrep(slots[:bs], w, vocab, rows, buf, hid, graph=True, pool=pool) for bs in (1, 3)}
+    masks = torch.zeros(2, 3 * rows * (3000 + rows), dtype=torch.uint8, device="cuda")  # SGLang's buffer: graphed, eager
+    graphed = {bs: TreePrep(slots[:bs], w, vocab, rows, buf, hid, graph=True, pool=pool, mask_out=masks[0]) for bs in (1, 3)}
     eager_buf, eager_hid = torch.empty_like(buf), torch.zeros_like(hid)
     eager = {bs: TreePrep([TreeStep(depths, vocab, budget, topk, "cuda") for _ in range(bs)], w, vocab, rows, eager_buf, eager_hid)
              for bs in (1, 3)}
@@ -172,4 +184,6 @@ def test_the_graphs_replay_what_the_ops_give_on_new_inputs(budget, topk, rows):
         torch.cuda.synchronize()
         for name in ("tokens", "depths", "first_child", "next_sibling", "positions", "block", "logits"):
             assert torch.equal(getattr(graphed[bs], name), getattr(eager[bs], name)), f"step {seed} bs {bs}: {name}"
+        want = verify_mask(eager[bs], prefixes.tolist())  # the graph wrote the step's mask into SGLang's buffer
+        assert torch.equal(masks[0, : want.numel()], want.to(torch.uint8)), f"step {seed} bs {bs}: mask"
     assert all(p._run.graph is not None for p in graphed.values())

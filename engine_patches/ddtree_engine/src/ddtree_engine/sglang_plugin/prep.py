@@ -19,7 +19,11 @@ Outputs (static buffers, `rows` = C >= W = the trees' rows, bs requests):
   prefix + depth;
 - `block`: [bs, C, C] bool, the rows' mask among themselves: tree rows see their ancestors, a pad
   row sees itself, nobody sees a pad row (`verify_mask` puts the prefix before it);
-- `logits`: [bs, L, V'] the draft logits (a view of the caller's buffer; read by DDTREE_TRACE).
+- `logits`: [bs, L, V'] the draft logits (a view of the caller's buffer; read by DDTREE_TRACE);
+- with `mask_out` (SGLang's flat verify-mask buffer): the verify's custom mask written into it from
+  its start (per request [C, prefix + C], the prefix all 1: kernels/tree_mask `flat_verify_mask`,
+  reading the prefix lengths on the device), so SGLang's own copy into that buffer before the
+  verify is a copy onto itself, which torch skips (worker.py).
 
 Graphs: every capture goes into one memory pool the caller passes (`GraphPool`), so the graphs of
 all batch sizes share their temporaries (they replay one after another on one stream; what must
@@ -37,6 +41,7 @@ from typing import Callable
 
 import torch
 
+from ..kernels.tree_mask import flat_verify_mask
 from ..kernels.tree_step import TreeStep
 from .padding import flat_custom_mask
 
@@ -148,10 +153,13 @@ class TreePrep:
             batch sizes: they run one after another).
         graph: capture a CUDA graph on the first call and replay it after.
         pool: the GraphPool captures allocate from.
+        mask_out: a flat bool/uint8 buffer the verify's custom mask is written into (cells past its
+            end are not written: the caller checks the size), or None.
     """
 
     def __init__(self, steps: list[TreeStep], lm_weight: torch.Tensor, vocab: int, rows: int, logits: torch.Tensor,
-                 hidden: torch.Tensor, graph: bool = False, pool: GraphPool | None = None):
+                 hidden: torch.Tensor, graph: bool = False, pool: GraphPool | None = None,
+                 mask_out: torch.Tensor | None = None):
         bs, width, depths = len(steps), steps[0].num_rows, steps[0].depths
         if rows < width:
             raise ValueError(f"expected rows >= the trees' width {width}, got {rows}")
@@ -176,6 +184,7 @@ class TreePrep:
         self.block = torch.zeros(bs, rows, rows, dtype=torch.bool, device=device)
         pad = torch.arange(width, rows, device=device)
         self.block[:, pad, pad] = True  # a pad row sees itself (and the prefix); the tree part is copied in
+        self.mask_out = mask_out
         self._run = Graphed(self._ops, device, graph, pool, f"the tree step (bs {bs}, {rows} rows)")
 
     def _ops(self) -> None:
@@ -191,6 +200,8 @@ class TreePrep:
         self.positions[:, :w].copy_(torch.stack([s.compiled[2] for s in steps]))
         self.positions[:, w:].copy_(self.prefix.expand(-1, self.rows - w))
         self.block[:, :w, :w].copy_(torch.stack([s.compiled[0] for s in steps]))
+        if self.mask_out is not None:
+            flat_verify_mask(self.block, self.prefix, self.mask_out)
 
     def run(self, hidden: torch.Tensor, roots: torch.Tensor, prefix_lens: torch.Tensor) -> None:
         """Fill the outputs for this step.
@@ -203,6 +214,13 @@ class TreePrep:
         self.root.copy_(roots.view(-1, 1))
         self.prefix.copy_(prefix_lens.view(-1, 1))
         self._run()
+
+
+def same_buffer(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    """Whether two optional tensors are the same memory (address, size, dtype), or both None."""
+    if a is None or b is None:
+        return a is b
+    return (a.data_ptr(), a.numel(), a.dtype) == (b.data_ptr(), b.numel(), b.dtype)
 
 
 def verify_mask(prep: TreePrep, prefix_lens: list[int]) -> torch.Tensor:
@@ -233,8 +251,9 @@ class TreePreps:
         self.hidden: torch.Tensor | None = None
         self.weight_ptr: int | None = None  # the LM head's storage the preps' graphs read
 
-    def get(self, bs: int, rows: int, lm_weight: torch.Tensor) -> TreePrep:
-        """The prep of `bs` requests at `rows` rows with this LM head, made on first use."""
+    def get(self, bs: int, rows: int, lm_weight: torch.Tensor, mask_out: torch.Tensor | None = None) -> TreePrep:
+        """The prep of `bs` requests at `rows` rows with this LM head, writing the verify mask into
+        `mask_out` (or none), made on first use and again when `mask_out` is another buffer."""
         have = 0 if self.logits is None else self.logits.shape[0]
         if have < bs or self.weight_ptr != lm_weight.data_ptr():
             size = max(bs, have)
@@ -243,8 +262,11 @@ class TreePreps:
             self.hidden = torch.zeros(size, self.depths, lm_weight.shape[1], dtype=lm_weight.dtype, device=self.device)
             self.preps.clear()
         prep = self.preps.get((bs, rows))
+        if prep is not None and not same_buffer(prep.mask_out, mask_out):
+            prep = None  # its graph would write the old buffer
         if prep is None:
             steps = [self.step_for_slot(i) for i in range(bs)]
-            prep = TreePrep(steps, lm_weight, self.vocab, rows, self.logits, self.hidden, graph=self.graph, pool=self.pool)
+            prep = TreePrep(steps, lm_weight, self.vocab, rows, self.logits, self.hidden, graph=self.graph, pool=self.pool,
+                            mask_out=mask_out)
             self.preps[(bs, rows)] = prep
         return prep

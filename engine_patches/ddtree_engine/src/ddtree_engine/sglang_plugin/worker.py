@@ -289,8 +289,19 @@ class DDTreeWorker(DFlashWorkerV2):
         return unwrap_lora_layer(getattr(self.target_worker.model_runner.model, "lm_head", None)).weight
 
     def _prep(self, bs: int, rows: int) -> TreePrep:
-        """The tree step of a batch of `bs` requests at `rows` verify rows (prep.TreePreps)."""
-        return self._preps.get(bs, rows, self._lm_head_weight())
+        """The tree step of a batch of `bs` requests at `rows` verify rows (prep.TreePreps), writing
+        the verify mask into SGLang's buffer when there is one for this batch (_sglang_mask_buffer)."""
+        return self._preps.get(bs, rows, self._lm_head_weight(), self._sglang_mask_buffer(bs))
+
+    def _sglang_mask_buffer(self, bs: int) -> torch.Tensor | None:
+        """The target attention backend's flat verify-mask buffer (SGLang's VerifyMask, allocated with
+        its CUDA graphs: the triton backend's, read as [C, prefix + C] per request), or None when this
+        backend has none, reads another layout or was sized for fewer requests."""
+        vm = getattr(self.target_worker.model_runner.attn_backend, "verify_mask", None)
+        if vm is None or not vm.is_read or getattr(vm.mode, "name", "") != "FULL_MASK" or not vm.fits(bs):
+            return None
+        buffer = vm.buffer
+        return buffer if buffer.dim() == 1 and buffer.dtype in (torch.uint8, torch.bool) else None
 
     def _window_locs(self, batch, prefix_lens: torch.Tensor, width: int) -> torch.Tensor:
         """The KV slots of window positions prefix .. prefix + width - 1 per request, [bs * width]."""
@@ -440,8 +451,15 @@ class DDTreeWorker(DFlashWorkerV2):
         else:
             verify_locs = self._window_locs(batch, prefix_lens, rows)
             plan = self._window_plan(batch, prefix_lens, seq_lens_cpu, verify_locs, rows)
-        # SGLang's custom mask: per request [rows, prefix + rows] row-major, True = may attend.
-        custom_mask = verify_mask(prep, seq_lens_cpu.tolist())
+        # SGLang's custom mask: per request [rows, prefix + rows] row-major, True = may attend. The tree
+        # step wrote it into SGLang's own buffer when it has one (then SGLang's copy into that buffer
+        # before the verify is a copy onto itself, which torch skips); else it is built here.
+        lens = seq_lens_cpu.tolist()
+        mask_cells = rows * (sum(lens) + bs * rows)
+        if prep.mask_out is not None and mask_cells <= prep.mask_out.numel():
+            custom_mask = prep.mask_out[:mask_cells]
+        else:
+            custom_mask = verify_mask(prep, lens)
         # draft_token_num (-> num_tokens_per_req) == the captured width is what lets SGLang's
         # can_run_graph replay; prepare_for_verify loads the graph's buffers when it can.
         verify_input = DDTreeVerifyInput(

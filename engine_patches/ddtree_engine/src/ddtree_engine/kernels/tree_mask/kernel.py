@@ -120,3 +120,47 @@ def compile_tree_arrays(
         num_warps=4,
     )
     return out
+
+
+@triton.jit
+def _flat_verify_mask(block_ptr, prefix_ptr, out_ptr, numel, C, BLOCK: tl.constexpr, CP: tl.constexpr):
+    # One program per (request b, verify row r): its row of C * (prefix_b + C) cells starts after the
+    # earlier requests' blocks (summed here from the prefix lengths: no host offsets).
+    b = tl.program_id(0)
+    r = tl.program_id(1)
+    start = tl.zeros([], dtype=tl.int64)
+    for j in range(0, b):
+        start += C * (tl.load(prefix_ptr + j).to(tl.int64) + C)
+    p = tl.load(prefix_ptr + b).to(tl.int64)
+    row = start + r * (p + C)
+    ones = tl.full([BLOCK], 1, tl.int8)
+    for c0 in range(0, p, BLOCK):
+        cols = c0 + tl.arange(0, BLOCK).to(tl.int64)
+        idx = row + cols
+        tl.store(out_ptr + idx, ones.to(out_ptr.dtype.element_ty), mask=(cols < p) & (idx < numel))
+    cols = tl.arange(0, CP)
+    seen = tl.load(block_ptr + (b * C + r) * C + cols, mask=cols < C, other=0)
+    idx = row + p + cols
+    tl.store(out_ptr + idx, seen.to(out_ptr.dtype.element_ty), mask=(cols < C) & (idx < numel))
+
+
+def flat_verify_mask(block: torch.Tensor, prefix: torch.Tensor, out: torch.Tensor, cols_per_step: int = 1024) -> None:
+    """SGLang's flat TARGET_VERIFY custom mask, written into `out` with one launch and no host read
+    (so a CUDA graph can hold it). As tree_mask.reference.flat_verify_mask.
+
+    Args:
+        block: [bs, C, C] bool; prefix: [bs] or [bs, 1] integer; out: [M] flat bool or uint8.
+        cols_per_step: the prefix cells one program writes per loop step (a power of two).
+    """
+    if block.dim() != 3 or block.shape[1] != block.shape[2] or block.dtype != torch.bool:
+        raise ValueError(f"expected block [bs, C, C] bool, got {tuple(block.shape)} {block.dtype}")
+    bs, c = block.shape[0], block.shape[1]
+    if prefix.numel() != bs or prefix.dtype.is_floating_point:
+        raise ValueError(f"expected {bs} integer prefix lengths, got {tuple(prefix.shape)} {prefix.dtype}")
+    if out.dim() != 1 or out.dtype not in (torch.bool, torch.uint8):
+        raise ValueError(f"expected a flat bool or uint8 mask buffer, got {tuple(out.shape)} {out.dtype}")
+    if not (block.is_contiguous() and prefix.is_contiguous() and out.is_contiguous()):
+        raise ValueError("expected contiguous block, prefix and out")
+    if bs == 0 or c == 0:
+        return
+    _flat_verify_mask[(bs, c)](block, prefix, out, out.numel(), c, BLOCK=cols_per_step, CP=triton.next_power_of_2(c))

@@ -81,3 +81,25 @@ def compile_tree_arrays(
     positions[:num_nodes] += depths[:num_nodes].to(torch.long).cpu()
     long = dict(dtype=torch.long)
     return mask, pack_mask(mask), positions, torch.tensor(first_child, **long), torch.tensor(next_sibling, **long)
+
+
+def flat_verify_mask(block: torch.Tensor, prefix: torch.Tensor, out: torch.Tensor) -> None:
+    """SGLang's flat TARGET_VERIFY custom mask of a batch, written into `out` from its start.
+
+    Per request the row-major [C, prefix + C] block (the prefix all 1, then the request's rows
+    among themselves), requests one after another: request i starts at sum over j < i of
+    C * (prefix_j + C). Cells past `out`'s end are not written (the caller checks the size).
+
+    Args:
+        block: [bs, C, C] bool, who among the C verify rows each row sees.
+        prefix: [bs] or [bs, 1] integer, each request's committed prefix length.
+        out: [M] flat bool or uint8 buffer (SGLang's verify-mask buffer).
+    """
+    bs, c = block.shape[0], block.shape[1]
+    start = 0
+    for i, p in enumerate(prefix.reshape(-1).tolist()):
+        rows = torch.cat([torch.ones(c, p, dtype=torch.bool, device=block.device), block[i]], dim=1).reshape(-1)
+        end = min(start + rows.numel(), out.numel())
+        if end > start:
+            out[start:end] = rows[: end - start].to(out.dtype)
+        start += rows.numel()
