@@ -79,10 +79,14 @@ def pin_scheduler(cpus):
         return {"pin_error": "no sglang::scheduler process under this engine"}
     done = []
     for pid in found:
-        threads = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-        for tid in threads:
-            os.sched_setaffinity(tid, cpus)
-        done.append({"pid": pid, "threads": len(threads), "cpus": sorted(os.sched_getaffinity(pid))})
+        pinned = 0
+        for tid in (int(t) for t in os.listdir(f"/proc/{pid}/task")):
+            try:
+                os.sched_setaffinity(tid, cpus)
+                pinned += 1
+            except ProcessLookupError:  # a thread that ended since the listing
+                pass
+        done.append({"pid": pid, "threads": pinned, "cpus": sorted(os.sched_getaffinity(pid))})
     return {"pinned": done}
 pin = {}
 if os.environ.get("PIN_CPUS"):

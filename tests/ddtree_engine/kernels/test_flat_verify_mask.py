@@ -50,7 +50,10 @@ def test_the_kernel_equals_the_reference(bs, c, prefix, dtype):
     lens = torch.tensor(prefix, device=DEVICE).view(-1, 1)  # TreePrep holds them as [bs, 1] int64
     n = sum(c * (p + c) for p in prefix)
     want = torch.zeros(n + 5, dtype=dtype, device=DEVICE)
-    got = torch.ones(n + 5, dtype=dtype, device=DEVICE) if dtype == torch.bool else torch.full((n + 5,), SENTINEL, dtype=dtype, device=DEVICE)
+    if dtype == torch.bool:  # alternating, so a stray write of either value past the batch's cells shows
+        got = (torch.arange(n + 5, device=DEVICE) % 2).to(torch.bool)
+    else:
+        got = torch.full((n + 5,), SENTINEL, dtype=dtype, device=DEVICE)
     tail = got[n:].clone()
     reference.flat_verify_mask(block, lens, want)
     kernel.flat_verify_mask(block, lens, got, cols_per_step=16)

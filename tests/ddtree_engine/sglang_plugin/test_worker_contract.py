@@ -249,7 +249,20 @@ def test_the_mask_buffer_the_tree_step_writes_is_sglangs_verify_mask():
     assert "def verify_mask(self) -> Optional[VerifyMask]:" in triton
     worker = WORKER.read_text()
     assert 'getattr(self.target_worker.model_runner.attn_backend, "verify_mask", None)' in worker
-    assert "custom_mask = prep.mask_out[:mask_cells]" in worker
+    assert "custom_mask = step_custom_mask(prep, seq_lens_cpu.tolist())" in worker
+    assert "return self._preps.get(bs, rows, self._lm_head_weight(), self._sglang_mask_buffer(bs))" in worker
+
+
+def test_the_mask_modes_sglang_mask_buffer_names_are_sglangs():
+    """prep.sglang_mask_buffer takes a buffer whose VerifyMask mode is named FULL_MASK, made on the GPU by
+    default_tree_mask_mode (QLEN_ONLY on a CPU). (VerifyMask itself is not imported here: its module
+    imports torchvision through eagle_utils; the selection is tested on a stand-in in test_prep.py.)"""
+    _, spec_tree = module_source("sglang.kernels.ops.speculative.spec_tree")
+    mode = next(n for n in ast.parse(spec_tree).body if isinstance(n, ast.ClassDef) and n.name == "TreeMaskMode")
+    members = {t.id for n in mode.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    assert {"FULL_MASK", "QLEN_ONLY"} <= members
+    _, eagle = module_source("sglang.srt.speculative.eagle_utils")
+    assert "return TreeMaskMode.QLEN_ONLY if _is_cpu else TreeMaskMode.FULL_MASK" in eagle
 
 
 def test_a_verify_replays_only_at_the_captured_width_and_prepare_for_verify_loads_it():

@@ -16,7 +16,16 @@ pytest.importorskip("triton")  # tests/ddtree_engine/conftest.py set TRITON_INTE
 from ddtree_engine.kernels.tree_step import TreeStep  # noqa: E402
 from ddtree_engine.sglang_plugin import prep as prep_mod  # noqa: E402
 from ddtree_engine.sglang_plugin.padding import pad_tree, tree_custom_mask  # noqa: E402
-from ddtree_engine.sglang_plugin.prep import Graphed, GraphPool, TreePrep, TreePreps, graphs_wanted, verify_mask  # noqa: E402
+from ddtree_engine.sglang_plugin.prep import (  # noqa: E402
+    Graphed,
+    GraphPool,
+    TreePrep,
+    TreePreps,
+    graphs_wanted,
+    sglang_mask_buffer,
+    step_custom_mask,
+    verify_mask,
+)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DEPTHS, HIDDEN, VOCAB, PADDED_VOCAB = 5, 8, 40, 48
@@ -104,10 +113,66 @@ def test_the_worker_cache_grows_its_buffers_and_remakes_what_held_the_old_ones()
     buf = torch.zeros(3 * 9 * (20 + 9), dtype=torch.uint8, device=DEVICE)
     masked = preps.get(3, 9, moved, buf)
     assert masked is not prep and masked.mask_out is buf and preps.get(3, 9, moved, buf) is masked
+    other_rows = preps.get(3, 12, moved, buf)
     assert preps.get(3, 9, moved, torch.zeros_like(buf)) is not masked and preps.get(3, 9, moved).mask_out is None
     masked = preps.get(3, 9, moved, buf)
+    assert preps.get(3, 12, moved, buf) is not other_rows  # every prep remade, not only the one asked for
     masked.run(hidden, torch.tensor([1, 2, 3], device=DEVICE), torch.tensor(prefixes, device=DEVICE))
     assert torch.equal(buf[: mask.numel()].cpu(), mask.to(torch.uint8).cpu())
+
+
+def test_the_step_mask_is_a_view_of_sglangs_buffer_when_it_fits():
+    """step_custom_mask: the cells the prep wrote, as a view of the buffer's start (SGLang's copy into
+    its buffer is then onto itself), equal to the mask built per step; a buffer too small for this
+    step's prefixes, or none, gives the built mask."""
+    w = weight()
+    bs, rows, prefixes = 2, 9, [4, 11]
+    need = rows * (sum(prefixes) + bs * rows)
+    buf = torch.full((need + 3,), 7, dtype=torch.uint8, device=DEVICE)
+    prep = TreePrep([TreeStep(DEPTHS, VOCAB, 7, 3, DEVICE) for _ in range(bs)], w, VOCAB, rows, logits_buffer(bs, w),
+                    hidden_buffer(bs, w), mask_out=buf)
+    prep.run(hidden_states(bs, 1), torch.tensor([3, 4], device=DEVICE), torch.tensor(prefixes, device=DEVICE))
+    built = verify_mask(prep, prefixes)
+    mask = step_custom_mask(prep, prefixes)
+    assert mask.data_ptr() == buf.data_ptr() and mask.numel() == need == built.numel()
+    assert torch.equal(mask, built.to(torch.uint8))
+    buf[:need] = mask  # what SGLang's replay does: nothing changes
+    assert torch.equal(buf[:need], built.to(torch.uint8)) and bool((buf[need:] == 7).all())
+    # Longer prefixes than the buffer holds: the built mask (the prep's writes stopped at its end).
+    longer = [40, 11]
+    prep.run(hidden_states(bs, 2), torch.tensor([3, 4], device=DEVICE), torch.tensor(longer, device=DEVICE))
+    fallback = step_custom_mask(prep, longer)
+    assert fallback.data_ptr() != buf.data_ptr() and torch.equal(fallback, verify_mask(prep, longer))
+    prep.mask_out = None
+    assert torch.equal(step_custom_mask(prep, prefixes), verify_mask(prep, prefixes))
+
+
+class FakeMode:
+    def __init__(self, name):
+        self.name = name
+
+
+class FakeVerifyMask:
+    """The fields of SGLang's VerifyMask that sglang_mask_buffer reads (the real one: the plugin's
+    contract tests)."""
+
+    def __init__(self, buffer, mode="FULL_MASK", max_bs=2, is_read=True):
+        self.buffer, self.mode, self.max_bs, self.is_read = buffer, FakeMode(mode), max_bs, is_read
+
+    def fits(self, bs):
+        return bs <= self.max_bs
+
+
+def test_sglangs_buffer_is_used_only_when_it_holds_the_full_layout_for_the_batch():
+    buf = torch.zeros(64, dtype=torch.uint8)
+    assert sglang_mask_buffer(FakeVerifyMask(buf), 2) is buf
+    assert sglang_mask_buffer(FakeVerifyMask(buf.to(torch.bool)), 1) is not None
+    assert sglang_mask_buffer(FakeVerifyMask(buf), 3) is None  # sized for fewer requests
+    assert sglang_mask_buffer(FakeVerifyMask(buf, mode="QLEN_ONLY"), 1) is None
+    assert sglang_mask_buffer(FakeVerifyMask(buf, is_read=False), 1) is None
+    assert sglang_mask_buffer(FakeVerifyMask(buf.to(torch.int32)), 1) is None
+    assert sglang_mask_buffer(FakeVerifyMask(buf.view(8, 8)), 1) is None
+    assert sglang_mask_buffer(None, 1) is None
 
 
 def test_fewer_rows_than_the_tree_or_a_short_buffer_are_refused():
@@ -168,8 +233,8 @@ def test_the_graphs_replay_what_the_ops_give_on_new_inputs(budget, topk, rows):
     slots = [TreeStep(depths, vocab, budget, topk, "cuda") for _ in range(3)]
     buf = torch.empty(3, depths, vocab + 64, dtype=torch.bfloat16, device="cuda")
     hid = torch.zeros(3, depths, hidden_size, dtype=torch.bfloat16, device="cuda")
-    masks = torch.zeros(2, 3 * rows * (3000 + rows), dtype=torch.uint8, device="cuda")  # SGLang's buffer: graphed, eager
-    graphed = {bs: TreePrep(slots[:bs], w, vocab, rows, buf, hid, graph=True, pool=pool, mask_out=masks[0]) for bs in (1, 3)}
+    mask = torch.zeros(3 * rows * (3000 + rows), dtype=torch.uint8, device="cuda")  # SGLang's buffer
+    graphed = {bs: TreePrep(slots[:bs], w, vocab, rows, buf, hid, graph=True, pool=pool, mask_out=mask) for bs in (1, 3)}
     eager_buf, eager_hid = torch.empty_like(buf), torch.zeros_like(hid)
     eager = {bs: TreePrep([TreeStep(depths, vocab, budget, topk, "cuda") for _ in range(bs)], w, vocab, rows, eager_buf, eager_hid)
              for bs in (1, 3)}
@@ -185,5 +250,5 @@ def test_the_graphs_replay_what_the_ops_give_on_new_inputs(budget, topk, rows):
         for name in ("tokens", "depths", "first_child", "next_sibling", "positions", "block", "logits"):
             assert torch.equal(getattr(graphed[bs], name), getattr(eager[bs], name)), f"step {seed} bs {bs}: {name}"
         want = verify_mask(eager[bs], prefixes.tolist())  # the graph wrote the step's mask into SGLang's buffer
-        assert torch.equal(masks[0, : want.numel()], want.to(torch.uint8)), f"step {seed} bs {bs}: mask"
+        assert torch.equal(mask[: want.numel()], want.to(torch.uint8)), f"step {seed} bs {bs}: mask"
     assert all(p._run.graph is not None for p in graphed.values())

@@ -228,6 +228,27 @@ def verify_mask(prep: TreePrep, prefix_lens: list[int]) -> torch.Tensor:
     return flat_custom_mask(list(prep.block), prefix_lens)
 
 
+def sglang_mask_buffer(vm, bs: int) -> torch.Tensor | None:
+    """The flat buffer of SGLang's VerifyMask `vm` (the target attention backend's `verify_mask`:
+    the triton backend's is allocated with its CUDA graphs, uint8, read as [C, prefix + C] per
+    request) for a batch of `bs`, or None when there is none, it reads another layout (QLEN_ONLY,
+    not read) or was sized for fewer requests."""
+    if vm is None or not vm.is_read or getattr(vm.mode, "name", "") != "FULL_MASK" or not vm.fits(bs):
+        return None
+    buffer = vm.buffer
+    return buffer if buffer.dim() == 1 and buffer.dtype in (torch.uint8, torch.bool) and buffer.is_contiguous() else None
+
+
+def step_custom_mask(prep: TreePrep, prefix_lens: list[int]) -> torch.Tensor:
+    """This step's flat custom mask for SGLang's verify: the cells the prep wrote into SGLang's
+    buffer (a view of its start: SGLang's copy into the buffer is then a copy onto itself, which
+    torch skips) when they all fit, else the mask built from the prep's blocks."""
+    cells = prep.rows * (sum(prefix_lens) + len(prefix_lens) * prep.rows)
+    if prep.mask_out is not None and cells <= prep.mask_out.numel():
+        return prep.mask_out[:cells]
+    return verify_mask(prep, prefix_lens)
+
+
 class TreePreps:
     """The worker's TreePreps, one per (batch size, rows), over shared buffers and one graph pool.
 
@@ -250,10 +271,12 @@ class TreePreps:
         self.logits: torch.Tensor | None = None
         self.hidden: torch.Tensor | None = None
         self.weight_ptr: int | None = None  # the LM head's storage the preps' graphs read
+        self.mask_out: torch.Tensor | None = None  # the verify-mask buffer the preps write
 
     def get(self, bs: int, rows: int, lm_weight: torch.Tensor, mask_out: torch.Tensor | None = None) -> TreePrep:
         """The prep of `bs` requests at `rows` rows with this LM head, writing the verify mask into
-        `mask_out` (or none), made on first use and again when `mask_out` is another buffer."""
+        `mask_out` (or none), made on first use; every prep is made again when `mask_out` is another
+        buffer than the last call's."""
         have = 0 if self.logits is None else self.logits.shape[0]
         if have < bs or self.weight_ptr != lm_weight.data_ptr():
             size = max(bs, have)
@@ -261,9 +284,10 @@ class TreePreps:
             self.logits = torch.empty(size, self.depths, lm_weight.shape[0], dtype=lm_weight.dtype, device=self.device)
             self.hidden = torch.zeros(size, self.depths, lm_weight.shape[1], dtype=lm_weight.dtype, device=self.device)
             self.preps.clear()
+        if not same_buffer(self.mask_out, mask_out):
+            self.mask_out = mask_out
+            self.preps.clear()  # their graphs write the old buffer (and would keep it alive)
         prep = self.preps.get((bs, rows))
-        if prep is not None and not same_buffer(prep.mask_out, mask_out):
-            prep = None  # its graph would write the old buffer
         if prep is None:
             steps = [self.step_for_slot(i) for i in range(bs)]
             prep = TreePrep(steps, lm_weight, self.vocab, rows, self.logits, self.hidden, graph=self.graph, pool=self.pool,

@@ -68,7 +68,16 @@ from .commit import flattened_links
 from .memory import GdnShape, describe, describe_tree_step
 from .metrics import StepMetrics
 from .padding import pad_tree, verify_rows
-from .prep import DRAFT_GRAPH_ENV, GraphPool, TreePrep, TreePreps, draft_graph_at_block, graphs_wanted, verify_mask
+from .prep import (
+    DRAFT_GRAPH_ENV,
+    GraphPool,
+    TreePrep,
+    TreePreps,
+    draft_graph_at_block,
+    graphs_wanted,
+    sglang_mask_buffer,
+    step_custom_mask,
+)
 from .walk_commit import WalkCommit
 from .tree_shape import max_tree_nodes
 
@@ -294,14 +303,9 @@ class DDTreeWorker(DFlashWorkerV2):
         return self._preps.get(bs, rows, self._lm_head_weight(), self._sglang_mask_buffer(bs))
 
     def _sglang_mask_buffer(self, bs: int) -> torch.Tensor | None:
-        """The target attention backend's flat verify-mask buffer (SGLang's VerifyMask, allocated with
-        its CUDA graphs: the triton backend's, read as [C, prefix + C] per request), or None when this
-        backend has none, reads another layout or was sized for fewer requests."""
-        vm = getattr(self.target_worker.model_runner.attn_backend, "verify_mask", None)
-        if vm is None or not vm.is_read or getattr(vm.mode, "name", "") != "FULL_MASK" or not vm.fits(bs):
-            return None
-        buffer = vm.buffer
-        return buffer if buffer.dim() == 1 and buffer.dtype in (torch.uint8, torch.bool) else None
+        """The target attention backend's flat verify-mask buffer for `bs` requests, or None
+        (prep.sglang_mask_buffer)."""
+        return sglang_mask_buffer(getattr(self.target_worker.model_runner.attn_backend, "verify_mask", None), bs)
 
     def _window_locs(self, batch, prefix_lens: torch.Tensor, width: int) -> torch.Tensor:
         """The KV slots of window positions prefix .. prefix + width - 1 per request, [bs * width]."""
@@ -454,12 +458,7 @@ class DDTreeWorker(DFlashWorkerV2):
         # SGLang's custom mask: per request [rows, prefix + rows] row-major, True = may attend. The tree
         # step wrote it into SGLang's own buffer when it has one (then SGLang's copy into that buffer
         # before the verify is a copy onto itself, which torch skips); else it is built here.
-        lens = seq_lens_cpu.tolist()
-        mask_cells = rows * (sum(lens) + bs * rows)
-        if prep.mask_out is not None and mask_cells <= prep.mask_out.numel():
-            custom_mask = prep.mask_out[:mask_cells]
-        else:
-            custom_mask = verify_mask(prep, lens)
+        custom_mask = step_custom_mask(prep, seq_lens_cpu.tolist())
         # draft_token_num (-> num_tokens_per_req) == the captured width is what lets SGLang's
         # can_run_graph replay; prepare_for_verify loads the graph's buffers when it can.
         verify_input = DDTreeVerifyInput(
