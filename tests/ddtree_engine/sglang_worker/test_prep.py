@@ -117,6 +117,11 @@ def test_the_worker_cache_grows_its_buffers_and_remakes_what_held_the_old_ones()
     assert preps.get(3, 9, moved, torch.zeros_like(buf)) is not masked and preps.get(3, 9, moved).mask_out is None
     masked = preps.get(3, 9, moved, buf)
     assert preps.get(3, 12, moved, buf) is not other_rows  # every prep remade, not only the one asked for
+    # A batch size the buffer does not fit (None) beside one it fits: neither is remade as they alternate.
+    big = preps.get(4, 12, moved, None)  # (grows the shared buffers: every prep remade once)
+    small = preps.get(3, 12, moved, buf)
+    for _ in range(2):
+        assert preps.get(4, 12, moved, None) is big and preps.get(3, 12, moved, buf) is small
     masked.run(hidden, torch.tensor([1, 2, 3], device=DEVICE), torch.tensor(prefixes, device=DEVICE))
     assert torch.equal(buf[: mask.numel()].cpu(), mask.to(torch.uint8).cpu())
 

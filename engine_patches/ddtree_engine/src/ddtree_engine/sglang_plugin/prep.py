@@ -275,8 +275,9 @@ class TreePreps:
 
     def get(self, bs: int, rows: int, lm_weight: torch.Tensor, mask_out: torch.Tensor | None = None) -> TreePrep:
         """The prep of `bs` requests at `rows` rows with this LM head, writing the verify mask into
-        `mask_out` (or none), made on first use; every prep is made again when `mask_out` is another
-        buffer than the last call's."""
+        `mask_out` (or None: SGLang's buffer does not fit this batch), made on first use; every prep
+        is made again when `mask_out` is another buffer than before (SGLang swapped it), but not for
+        batch sizes that alternate between the buffer and None."""
         have = 0 if self.logits is None else self.logits.shape[0]
         if have < bs or self.weight_ptr != lm_weight.data_ptr():
             size = max(bs, have)
@@ -284,10 +285,13 @@ class TreePreps:
             self.logits = torch.empty(size, self.depths, lm_weight.shape[0], dtype=lm_weight.dtype, device=self.device)
             self.hidden = torch.zeros(size, self.depths, lm_weight.shape[1], dtype=lm_weight.dtype, device=self.device)
             self.preps.clear()
-        if not same_buffer(self.mask_out, mask_out):
+        if mask_out is not None:
+            if self.mask_out is not None and not same_buffer(self.mask_out, mask_out):
+                self.preps.clear()  # SGLang swapped its buffer: graphs write the old one (and keep it alive)
             self.mask_out = mask_out
-            self.preps.clear()  # their graphs write the old buffer (and would keep it alive)
         prep = self.preps.get((bs, rows))
+        if prep is not None and not same_buffer(prep.mask_out, mask_out):
+            prep = None  # (a batch size's buffer, or none, stays the same while SGLang keeps its buffer)
         if prep is None:
             steps = [self.step_for_slot(i) for i in range(bs)]
             prep = TreePrep(steps, lm_weight, self.vocab, rows, self.logits, self.hidden, graph=self.graph, pool=self.pool,
