@@ -90,7 +90,9 @@ def test_the_server_reports_its_limits(base):
 def test_a_burst_beyond_the_queue_gets_429s_that_metrics_count_and_the_server_stays_healthy(base, parse_metrics):
     before, _ = idle(base, parse_metrics)
     clients, rounds = 12, 3
-    barrier = threading.Barrier(clients)
+    # Every round starts from an idle server: a client may read a response's end a moment before the
+    # server frees that request's slot, and a round started then admits one request fewer (seen once in CI).
+    barrier = threading.Barrier(clients, action=lambda: idle(base, parse_metrics))
     answers: list[httpx.Response] = []
     failures: list[BaseException] = []
     lock = threading.Lock()
@@ -123,7 +125,7 @@ def test_a_burst_beyond_the_queue_gets_429s_that_metrics_count_and_the_server_st
                                                              not in (200, 429)]
     refused = [r for r in answers if r.status_code == 429]
     served = [r for r in answers if r.status_code == 200]
-    # 12 clients at once against 1 running + 2 waiting: each round refuses some and serves some.
+    # 12 clients at once against 1 running + 2 waiting, from idle: each round refuses some and serves 3 or more.
     assert len(refused) >= rounds and len(served) >= rounds * (1 + MAX_QUEUE), (len(served), len(refused))
     for r in refused:
         assert int(r.headers["Retry-After"]) >= 1
