@@ -1,7 +1,8 @@
 """The flat verify-mask kernel (kernels/tree_mask/kernel.py: flat_verify_mask) against its reference,
-and the reference against padding.flat_custom_mask (the layout SGLang's TARGET_VERIFY reads: per request
-[C, prefix + C] row-major, the prefix all True). The kernel reads the prefix lengths on the device, so
-the DDTREE tree step's CUDA graph writes the mask straight into SGLang's buffer."""
+which writes flat_custom_mask (the layout SGLang's TARGET_VERIFY reads: per request [C, prefix + C]
+row-major, the prefix all True; checked cell by cell in sglang_worker/test_padding.py) into a buffer.
+The kernel reads the prefix lengths on the device, so the DDTREE tree step's CUDA graph writes the mask
+straight into SGLang's buffer."""
 
 from __future__ import annotations
 

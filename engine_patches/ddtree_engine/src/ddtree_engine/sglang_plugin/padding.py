@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import torch
 
+from ..kernels.tree_mask.reference import flat_custom_mask  # the flat layout; prep.py takes it from here
+
 
 def verify_rows(width: int, captured_width: int | None, bs: int, max_graph_bs: int | None, reserve: int) -> int:
     """How many rows per request to verify: the captured width where a graph can replay, else W.
@@ -97,20 +99,3 @@ def tree_custom_mask(masks: list[torch.Tensor], prefix_lens: list[int], rows: in
         block[pad, pad] = True
         blocks.append(block)
     return flat_custom_mask(blocks, prefix_lens)
-
-
-def flat_custom_mask(blocks: list[torch.Tensor], prefix_lens: list[int]) -> torch.Tensor:
-    """The flat mask of `tree_custom_mask` from each request's rows-among-rows block.
-
-    Args:
-        blocks: per request, a [C, C] bool block (who among the C rows each row sees).
-        prefix_lens: per request, the committed prefix length (host ints); every row sees it all.
-
-    Returns:
-        Per request the row-major [C, prefix + C] block (the prefix all True), concatenated.
-    """
-    parts = []
-    for block, prefix in zip(blocks, prefix_lens):
-        seen = torch.ones((block.shape[0], prefix), dtype=torch.bool, device=block.device)
-        parts.append(torch.cat([seen, block], dim=1).reshape(-1))
-    return parts[0] if len(parts) == 1 else torch.cat(parts)

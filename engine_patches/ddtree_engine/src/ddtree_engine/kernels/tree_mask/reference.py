@@ -83,23 +83,35 @@ def compile_tree_arrays(
     return mask, pack_mask(mask), positions, torch.tensor(first_child, **long), torch.tensor(next_sibling, **long)
 
 
-def flat_verify_mask(block: torch.Tensor, prefix: torch.Tensor, out: torch.Tensor) -> None:
-    """SGLang's flat TARGET_VERIFY custom mask of a batch, written into `out` from its start.
+def flat_custom_mask(blocks: list[torch.Tensor], prefix_lens: list[int]) -> torch.Tensor:
+    """SGLang's flat TARGET_VERIFY custom mask from each request's rows-among-rows block
+    (sglang_plugin.padding builds its tree masks with it).
 
-    Per request the row-major [C, prefix + C] block (the prefix all 1, then the request's rows
-    among themselves), requests one after another: request i starts at sum over j < i of
-    C * (prefix_j + C). Cells past `out`'s end are not written (the caller checks the size).
+    Args:
+        blocks: per request, a [C, C] bool block (who among the C rows each row sees).
+        prefix_lens: per request, the committed prefix length (host ints); every row sees it all.
+
+    Returns:
+        Per request the row-major [C, prefix + C] block (the prefix all True), concatenated.
+    """
+    parts = []
+    for block, prefix in zip(blocks, prefix_lens):
+        seen = torch.ones((block.shape[0], prefix), dtype=torch.bool, device=block.device)
+        parts.append(torch.cat([seen, block], dim=1).reshape(-1))
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def flat_verify_mask(block: torch.Tensor, prefix: torch.Tensor, out: torch.Tensor) -> None:
+    """`flat_custom_mask` of a batch, written into `out` from its start: request i starts at the sum
+    over j < i of C * (prefix_j + C). Cells past `out`'s end are not written (the caller checks the size).
 
     Args:
         block: [bs, C, C] bool, who among the C verify rows each row sees.
         prefix: [bs] or [bs, 1] integer, each request's committed prefix length.
         out: [M] flat bool or uint8 buffer (SGLang's verify-mask buffer).
     """
-    bs, c = block.shape[0], block.shape[1]
-    start = 0
-    for i, p in enumerate(prefix.reshape(-1).tolist()):
-        rows = torch.cat([torch.ones(c, p, dtype=torch.bool, device=block.device), block[i]], dim=1).reshape(-1)
-        end = min(start + rows.numel(), out.numel())
-        if end > start:
-            out[start:end] = rows[: end - start].to(out.dtype)
-        start += rows.numel()
+    if block.shape[0] == 0:
+        return
+    flat = flat_custom_mask(list(block), prefix.reshape(-1).tolist())
+    n = min(flat.numel(), out.numel())
+    out[:n] = flat[:n].to(out.dtype)
