@@ -5,6 +5,7 @@
 #   [PAR=N] bash benchmarks/sglang_h200/run.sh BUNDLE_DIR OUT_DIR 'CONFIGS_JSON'      (lossless.py)
 # BUNDLE_DIR: the shared recipe's bundle, or that bundle packed by pack-bundle.sh (what fits a device call).
 #   SCRIPT=step_cost bash benchmarks/sglang_h200/run.sh BUNDLE_DIR OUT_DIR 'GROUPS_JSON'   (step_cost.py)
+#   SCRIPT=gdn_kernel bash benchmarks/sglang_h200/run.sh BUNDLE_DIR OUT_DIR '{}'          (gdn_verify_kernel.py)
 # CONFIGS_JSON: [{"label": "lab ar", "pair": "lab"},
 #                {"label": "lab ddtree 15/8", "pair": "lab", "algo": "DDTREE",
 #                 "ddt": {"speculative_ddtree_budget": 15, "speculative_ddtree_topk": 8}}, ...]
@@ -41,7 +42,10 @@ rm -rf $M/lab && mkdir -p $M/lab
 cp -r "$REPO/engine_patches/ddtree_engine/src/ddtree_engine/lab_models/target" "$REPO/engine_patches/ddtree_engine/src/ddtree_engine/lab_models/draft" $M/lab/
 cp "$HERE/lab_prompts.json" $M/lab_prompts.json   # the compare prompts (builtin + 3 held-out), chat-templated
 cp -r "$HERE/configs/." $M/   # the dummy-weight models (configs only): step cost, and the budget that does not fit
-if [ "${SCRIPT:-lossless}" = step_cost ]; then
+if [ "${SCRIPT:-lossless}" = gdn_kernel ]; then
+  # SGLang's tree-verify gated-delta kernel, stock vs patched (sglang_plugin/gdn_verify.py) vs chain.
+  python3 "$HERE/gdn_verify_kernel.py" "$OUT"
+elif [ "${SCRIPT:-lossless}" = step_cost ]; then
   # Step cost (issue 12): CONFIGS_JSON is step_cost.py's groups.
   python3 "$HERE/step_cost.py" $M "$OUT" "$CONFIGS"
 else

@@ -27,7 +27,8 @@ Triton attention, page size 1, radix cache off, overlap schedule off, bf16, batc
 steps side by side). The table gives each arm's tok/s over DFLASH's per round too (the median and range).
 PIN_CPUS=2,3 pins every thread of each arm's SGLang scheduler process to those CPUs once it has loaded (the same
 CPUs for every arm: they measure one at a time), so no arm's host work runs on CPUs the others did not get; the
-result records what was pinned (SGLang pins nothing by default).
+result records what was pinned (SGLang pins nothing by default). FREEZE_GC=1 calls SGLang's freeze_gc once after
+the first round's warm-up, in every arm (gc_frozen in the result).
 """
 import json, os, subprocess, sys, time
 
@@ -104,10 +105,17 @@ def gen(ids, n, ignore_eos):
     t = time.perf_counter()
     o = eng.generate(input_ids=ids, sampling_params={"temperature": 0, "max_new_tokens": n, "ignore_eos": ignore_eos})
     return time.perf_counter() - t, o
+def freeze_gc(first):
+    """FREEZE_GC=1: after the first round's warm-up, SGLang's freeze_gc (gc.freeze in the scheduler and
+    tokenizer processes, what SGLang's own long-GC warning advises after a few warm-up requests)."""
+    if first and os.environ.get("FREEZE_GC") == "1":
+        eng.freeze_gc()
+        out["gc_frozen"] = True
 def measure(first):
     if bench["prompts"] == "synthetic":
         prompt = [(i * 7919) % 150000 + 10 for i in range(512)]
         gen(prompt, 8, True); gen(prompt, 8, True)
+        freeze_gc(first)
         pre = statistics.median([gen(prompt, 1, True)[0] for _ in range(3)])
         runs = [gen(prompt, 257, True) for _ in range(2)]
         t = statistics.median([r[0] for r in runs]); meta = runs[0][1]["meta_info"]
@@ -118,6 +126,7 @@ def measure(first):
     if first:
         for p in prompts:
             gen(p["prompt_ids"], 256, False)
+    freeze_gc(first)
     total_t = total_n = total_steps = 0
     per = []
     for p in prompts:

@@ -58,6 +58,9 @@ class Engine:
             ids[-1] += 1  # one prompt whose output differs from the first arm's
         return {"output_ids": ids, "meta_info": {"spec_verify_ct": max(1, len(ids) // 3)}}
 
+    def freeze_gc(self):
+        _log(arm=self.arm, freeze_gc=True)
+
     def start_profile(self, output_dir, **kw):
         _log(arm=self.arm, profile=True)
 
@@ -191,3 +194,16 @@ def test_pin_cpus_pins_every_arms_scheduler_to_the_same_cpus(tmp_path):
     # Without PIN_CPUS nothing is pinned or recorded.
     results, _, _ = run_harness(tmp_path / "again", groups, rounds=1)
     assert all("pinned" not in r and "pin_error" not in r for r in results)
+
+
+def test_freeze_gc_freezes_each_arm_once_after_its_warm_up(tmp_path):
+    groups = [{"model": "lab", "prompts": "lab", "arms": ["dflash", "ddtree-graph-15-8"]}]
+    results, events, _ = run_harness(tmp_path, groups, rounds=2, FREEZE_GC="1")
+    for arm in ("dflash", "ddtree-15"):
+        mine = [e for e in events if e["arm"] == arm and (e.get("n") == 256 or e.get("freeze_gc"))]
+        # Round 0: two warm-up decodes (one per prompt), the freeze, then the measured ones.
+        assert [bool(e.get("freeze_gc")) for e in mine[:4]] == [False, False, True, False]
+        assert sum(1 for e in mine if e.get("freeze_gc")) == 1
+    assert all(r["gc_frozen"] is True for r in results)
+    _, plain_events, _ = run_harness(tmp_path / "plain", groups, rounds=1)
+    assert not any(e.get("freeze_gc") for e in plain_events)
