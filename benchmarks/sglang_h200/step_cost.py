@@ -15,7 +15,8 @@ GROUPS_JSON: [{"model": "q35-4b", "dummy": true, "arms": ["ar", "dflash", "dflas
   dummy: random weights (`load_format=dummy`), a 512-token prompt, 256 new tokens, EOS ignored: per-step time
          is (generation time - prefill time) / verify steps (acceptance is meaningless with random weights);
   prompts "lab": the compare prompts of the trained lab pair (MODELS_DIR/lab_prompts.json), to EOS or 256
-         tokens: tokens per step and tok/s are real; "repeat": N decodes each prompt N times a round.
+         tokens: tokens per step and tok/s are real; "repeat": N decodes each prompt N times a round (a dummy
+         group times 2N decodes of its prompt a round, the median kept; 2 by default).
 Arms: ar, dflash (CUDA graphs as SGLang ships them), dflash-nograph, ddtree-B-K (budget B, topk K, without CUDA
 graphs), ddtree-graph-B-K (the same with CUDA graphs on: the target's verify replays a tree-masked graph, the tree
 padded to max(block, B + 1) rows; the drafter replays graphs captured at its block); an arm ending in +eagerprep runs its tree step and its walk + commit op by op (DDTREE_TREE_GRAPH=0,
@@ -27,7 +28,9 @@ Triton attention, page size 1, radix cache off, overlap schedule off, bf16, batc
 steps side by side). The table gives each arm's tok/s over DFLASH's per round too (the median and range).
 PIN_CPUS=2,3 pins every thread of each arm's SGLang scheduler process to those CPUs once it has loaded (the same
 CPUs for every arm: they measure one at a time), so no arm's host work runs on CPUs the others did not get; the
-result records what was pinned (SGLang pins nothing by default). FREEZE_GC=1 calls SGLang's freeze_gc once after
+result records what was pinned (SGLang pins nothing by default). PIN_MAIN_CPU=3 (without PIN_CPUS) pins only
+each scheduler's main thread, the one that runs the step's Python, to that CPU, and leaves its other threads
+where the kernel puts them (pinning all 60-odd threads to a few CPUs slowed every arm). FREEZE_GC=1 calls SGLang's freeze_gc once after
 the first round's warm-up, in every arm (gc_frozen in the result).
 """
 import json, os, subprocess, sys, time
@@ -54,9 +57,10 @@ else:
     eng = sgl.Engine(**cfg)
 load_s = time.time() - t0
 fcntl.flock(lock, fcntl.LOCK_UN)
-def pin_scheduler(cpus):
-    """Every thread of this engine's scheduler process (its title starts sglang::scheduler) onto `cpus`
-    (from /proc: the stand-in engine of the CPU tests has no psutil)."""
+def pin_scheduler(cpus, main_only=False):
+    """Every thread of this engine's scheduler process (its title starts sglang::scheduler) onto `cpus`, or
+    only its main thread, the one that runs the step's Python (from /proc: the stand-in engine of the CPU
+    tests has no psutil)."""
     def parent(pid):
         try:
             return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
@@ -81,17 +85,18 @@ def pin_scheduler(cpus):
     done = []
     for pid in found:
         pinned = 0
-        for tid in (int(t) for t in os.listdir(f"/proc/{pid}/task")):
+        for tid in [pid] if main_only else (int(t) for t in os.listdir(f"/proc/{pid}/task")):
             try:
                 os.sched_setaffinity(tid, cpus)
                 pinned += 1
             except ProcessLookupError:  # a thread that ended since the listing
                 pass
-        done.append({"pid": pid, "threads": pinned, "cpus": sorted(os.sched_getaffinity(pid))})
+        done.append({"pid": pid, "threads": pinned, "cpus": sorted(os.sched_getaffinity(pid)), "main_only": main_only})
     return {"pinned": done}
 pin = {}
-if os.environ.get("PIN_CPUS"):
-    pin = pin_scheduler({int(c) for c in os.environ["PIN_CPUS"].split(",")})
+if os.environ.get("PIN_CPUS") or os.environ.get("PIN_MAIN_CPU"):
+    main_only = not os.environ.get("PIN_CPUS")
+    pin = pin_scheduler({int(c) for c in os.environ["PIN_MAIN_CPU" if main_only else "PIN_CPUS"].split(",")}, main_only)
     print(json.dumps(pin), file=sys.stderr, flush=True)
 open(bench["ready"], "w").close()
 parent = os.getppid()
@@ -117,7 +122,7 @@ def measure(first):
         gen(prompt, 8, True); gen(prompt, 8, True)
         freeze_gc(first)
         pre = statistics.median([gen(prompt, 1, True)[0] for _ in range(3)])
-        runs = [gen(prompt, 257, True) for _ in range(2)]
+        runs = [gen(prompt, 257, True) for _ in range(2 * bench.get("repeat", 1))]
         t = statistics.median([r[0] for r in runs]); meta = runs[0][1]["meta_info"]
         steps = meta.get("spec_verify_ct") or 256
         return dict(prefill_s=pre, t257_s=t, steps=steps, step_ms=(t - pre) / steps * 1e3,

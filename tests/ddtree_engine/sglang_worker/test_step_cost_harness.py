@@ -24,7 +24,11 @@ import json, os, subprocess, sys, time
 # A stand-in scheduler process, titled as SGLang titles its own (PIN_CPUS finds it by that); it ends with
 # the engine's process. Like SGLang's Engine, the stand-in returns once its scheduler says it is ready
 # (just after exec, /proc/PID/cmdline can still read empty).
-SCHEDULER = "import os, time\np = os.getppid()\nprint('ready', flush=True)\nwhile os.getppid() == p:\n    time.sleep(0.2)"
+# It runs a second thread, as SGLang's scheduler runs many: PIN_MAIN_CPU pins only the main one.
+SCHEDULER = (
+    "import os, threading, time\np = os.getppid()\nthreading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n"
+    "print('ready', flush=True)\nwhile os.getppid() == p:\n    time.sleep(0.2)"
+)
 
 
 def _arm(kw):
@@ -142,6 +146,9 @@ def test_synthetic_groups_measure_every_round_and_keep_one_figure_per_arm(tmp_pa
     results, events, _ = run_harness(tmp_path, groups, rounds=2)
     # Two timed 257-token decodes per arm and round; round 1 reversed.
     assert measured_runs(events, 257) == [("dflash", 2), ("ddtree-15", 2 + 2), ("dflash", 2)]
+    # "repeat": 3 times 6 a round.
+    _, events, _ = run_harness(tmp_path / "repeat", [dict(groups[0], repeat=3)], rounds=1)
+    assert measured_runs(events, 257) == [("dflash", 6), ("ddtree-15", 6)]
     for r in results:
         assert len(r["step_ms_rounds"]) == 2 and r["steps"] == 4 and "per_prompt" not in r
         assert r["step_ms"] == min(r["step_ms_rounds"])  # an even count: the lower middle round
@@ -190,7 +197,11 @@ def test_pin_cpus_pins_every_arms_scheduler_to_the_same_cpus(tmp_path):
     results, _, _ = run_harness(tmp_path, groups, rounds=1, PIN_CPUS=str(cpu))
     for r in results:
         assert r["rc"] == 0 and len(r["pinned"]) == 1, r
-        assert r["pinned"][0]["cpus"] == [cpu] and r["pinned"][0]["threads"] >= 1
+        assert r["pinned"][0]["cpus"] == [cpu] and r["pinned"][0]["threads"] == 2 and not r["pinned"][0]["main_only"]
+    # PIN_MAIN_CPU: the main thread only.
+    results, _, _ = run_harness(tmp_path / "main", groups, rounds=1, PIN_MAIN_CPU=str(cpu))
+    for r in results:
+        assert r["pinned"][0]["cpus"] == [cpu] and r["pinned"][0]["threads"] == 1 and r["pinned"][0]["main_only"], r
     # Without PIN_CPUS nothing is pinned or recorded.
     results, _, _ = run_harness(tmp_path / "again", groups, rounds=1)
     assert all("pinned" not in r and "pin_error" not in r for r in results)
