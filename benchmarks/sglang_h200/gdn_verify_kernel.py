@@ -17,7 +17,7 @@ in tree mode, trees `core.tree.build_tree` picks (budget 15, topk 8) from peaked
 logits, depth-major (as DDTREE's verify rows are) and the same trees depth-first, and a star. Every
 patched launch is checked bit for bit against the stock one (outputs and per-node states).
 
-Measured 2026-12-02 (benchmarks/results/sglang_h200_2026-12-02.json, call14_gdn_verify_kernel): tree
+Measured 2026-12-02 (benchmarks/results/sglang_h200_2026-12-02.json, call14_gdn_verify_kernel_fbc8b25): tree
 mode costs 1.07-1.09x the chain (+1.4 us a launch, ~35 us per 24-layer 4B step, whatever the tree),
 and the patch is slower than stock on every tree, the chain included (1.12x the chain): the reload is
 not where tree mode's time goes, so the plugin runs SGLang's kernel unpatched.
