@@ -198,3 +198,47 @@ def test_more_warps_give_the_same_trees_on_the_gpu(num_warps):
             vals, ids = topk_reference.sorted_topk_logprobs(logits, topk)
             _assert_same(f"{name} b{budget} k{topk}, {num_warps} warps", arrays(vals, ids, budget, 11, 0),
                          reference.build_tree_arrays(vals, ids, budget, 11, 0))
+
+
+def _static_order(vals: list[list[float]], budget: int) -> list[tuple[int, ...]]:
+    """Every rank path of the full tree, sorted by a key that needs no selection history, cut at budget.
+
+    key(n) = (-score, depth, rank, key(proposer)), the proposer being n's elder sibling, or its parent
+    for rank 0: the heap's (score, depth, rank, proposal counter), with the counter replaced by the
+    proposer's own key, since a node is proposed when its proposer is chosen.
+    """
+    scores: dict[tuple[int, ...], float] = {}
+    level = [()]
+    for d, row in enumerate(vals):
+        level = [p + (r,) for p in level for r in range(len(row))]
+        for p in level:
+            scores[p] = scores.get(p[:-1], 0.0) + row[p[-1]]
+
+    def key(path):
+        k = []
+        while path:
+            k += [-scores[path], len(path), path[-1]]
+            path = path[:-1] + (path[-1] - 1,) if path[-1] > 0 else path[:-1]
+        return tuple(k)
+
+    return sorted(scores, key=key)[:budget]
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_best_first_selection_is_a_static_order_of_the_full_tree(seed):
+    """Since every depth shares one top-K row, the best-first order is a fixed order of the full K-ary
+    tree (no spine reservation): a parallel selection may take the first `budget` nodes of it instead
+    of `budget` serial pops. Heavy ties every other seed."""
+    g = torch.Generator().manual_seed(seed)
+    depths, k = int(torch.randint(1, 5, (1,), generator=g)), int(torch.randint(1, 5, (1,), generator=g))
+    if seed % 2:
+        pool = torch.tensor([0.0, -0.25, -0.5, -1.0, -1.5, -2.0, -3.0], dtype=torch.float64)
+        vals = pool[torch.randint(0, len(pool), (depths, k), generator=g)]
+    else:
+        vals = -torch.rand(depths, k, generator=g, dtype=torch.float64) * 3
+    vals = vals.sort(dim=1, descending=True).values.tolist()
+    budget = int(torch.randint(1, sum(k ** (d + 1) for d in range(depths)) + 1, (1,), generator=g))
+    paths: list[tuple[int, ...]] = []
+    for _, rank, parent, _ in reference.select_prefixes(vals, budget, 0):
+        paths.append((paths[parent] if parent >= 0 else ()) + (rank,))
+    assert paths == _static_order(vals, budget)

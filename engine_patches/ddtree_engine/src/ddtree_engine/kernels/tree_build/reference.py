@@ -3,6 +3,12 @@
 A mirror of core.tree.build_tree after its top-K step (tests hold the two equal on every
 input), written over the [L, K] candidate table so the kernel can be compared with it
 directly, and returning the kernel's fixed-shape arrays.
+
+Without spine reservation the selection order is a fixed order of the full K-ary tree, so a
+parallel selection may take its first `budget` nodes instead of popping `budget` times: every depth
+shares one row of log-probs, so a node is proposed when its proposer (elder sibling, or parent for
+rank 0) is chosen, and the heap's key (score, depth, rank, proposal counter) orders like
+(-score, depth, rank, key(proposer)) (tests/ddtree_engine/kernels/test_tree_build.py holds this).
 """
 
 from __future__ import annotations
