@@ -201,34 +201,21 @@ def test_more_warps_give_the_same_trees_on_the_gpu(num_warps):
 
 
 def _static_order(vals: list[list[float]], budget: int) -> list[tuple[int, ...]]:
-    """Every rank path of the full tree, sorted by a key that needs no selection history, cut at budget.
-
-    key(n) = (-score, depth, rank, key(proposer)), the proposer being n's elder sibling, or its parent
-    for rank 0: the heap's (score, depth, rank, proposal counter), with the counter replaced by the
-    proposer's own key, since a node is proposed when its proposer is chosen.
-    """
+    """Every rank path of the full tree, sorted by reference.proposer_key, cut at budget."""
     scores: dict[tuple[int, ...], float] = {}
     level = [()]
-    for d, row in enumerate(vals):
+    for row in vals:
         level = [p + (r,) for p in level for r in range(len(row))]
         for p in level:
             scores[p] = scores.get(p[:-1], 0.0) + row[p[-1]]
-
-    def key(path):
-        k = []
-        while path:
-            k += [-scores[path], len(path), path[-1]]
-            path = path[:-1] + (path[-1] - 1,) if path[-1] > 0 else path[:-1]
-        return tuple(k)
-
-    return sorted(scores, key=key)[:budget]
+    return sorted(scores, key=lambda p: reference.proposer_key(scores, p))[:budget]
 
 
 @pytest.mark.parametrize("seed", range(300))
 def test_best_first_selection_is_a_static_order_of_the_full_tree(seed):
     """Since every depth shares one top-K row, the best-first order is a fixed order of the full K-ary
-    tree (no spine reservation): a parallel selection may take the first `budget` nodes of it instead
-    of `budget` serial pops. Heavy ties every other seed."""
+    tree (no spine reservation), and `select_by_levels` finds its first `budget` nodes with one
+    top-`budget` per level instead of `budget` serial pops. Heavy ties every other seed."""
     g = torch.Generator().manual_seed(seed)
     depths, k = int(torch.randint(1, 5, (1,), generator=g)), int(torch.randint(1, 5, (1,), generator=g))
     if seed % 2:
@@ -242,3 +229,16 @@ def test_best_first_selection_is_a_static_order_of_the_full_tree(seed):
     for _, rank, parent, _ in reference.select_prefixes(vals, budget, 0):
         paths.append((paths[parent] if parent >= 0 else ()) + (rank,))
     assert paths == _static_order(vals, budget)
+    assert paths == reference.select_by_levels(vals, budget)
+
+
+@pytest.mark.parametrize(("budget", "tied"), [(15, False), (15, True), (64, True), (256, False), (256, True)])
+def test_select_by_levels_at_real_budgets(budget, tied):
+    """L = 15, K = 8 from real top-K log-probs (bf16-like ties: logits from a few values)."""
+    logits = _tied(15, 64, budget) if tied else _randn(15, 64, budget)
+    vals, _ = topk_reference.sorted_topk_logprobs(logits, 8)
+    chosen = reference.select_prefixes(vals.tolist(), budget, 0)
+    paths: list[tuple[int, ...]] = []
+    for _, rank, parent, _ in chosen:
+        paths.append((paths[parent] if parent >= 0 else ()) + (rank,))
+    assert paths == reference.select_by_levels(vals.tolist(), budget)
