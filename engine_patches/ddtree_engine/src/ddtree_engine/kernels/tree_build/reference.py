@@ -83,22 +83,29 @@ def proposer_key(scores: dict[tuple[int, ...], float], path: tuple[int, ...]) ->
 def select_by_levels(vals: list[list[float]], budget: int) -> list[tuple[int, ...]]:
     """The same choice as `select_prefixes` (no spine), as rank paths in selection order, by levels.
 
-    The blueprint of a parallel build: the chosen set is the `budget` smallest keys of the full
-    tree, and closed under proposers, so a chosen node at depth d is among the `budget` best
-    children of the level kept at depth d - 1 (were it not, `budget` better nodes would be
+    The blueprint of a parallel build: the chosen set is the `budget` smallest proposer keys of
+    the full tree, and closed under proposers, so a chosen node at depth d is among the `budget`
+    best children of the level kept at depth d - 1 (were it not, `budget` better nodes would be
     chosen besides it). Each level is one top-`budget` over at most budget * K candidates, the
     last step one top-`budget` over the L kept levels: L + 1 selections instead of `budget` pops.
+
+    The keys are flat, no proposer chains: within a level, (-score, rank, the parent's place in
+    its level), since two same-rank children with equal scores order as their parents do (their
+    elder siblings' scores are monotone in the parents' scores); across levels, (-score, depth,
+    place in its level).
     """
-    scores: dict[tuple[int, ...], float] = {}
-    kept: list[tuple[int, ...]] = []
-    level: list[tuple[int, ...]] = [()]
+    kept: list[list[tuple[float, tuple[int, ...]]]] = []  # per level, (score, path) best first
+    level: list[tuple[float, tuple[int, ...]]] = [(0.0, ())]
     for row in vals:
-        children = [p + (r,) for p in level for r in range(len(row))]
-        for c in children:
-            scores[c] = scores.get(c[:-1], 0.0) + row[c[-1]]
-        level = sorted(children, key=lambda c: proposer_key(scores, c))[:budget]
-        kept += level
-    return sorted(kept, key=lambda c: proposer_key(scores, c))[:budget]
+        children = [
+            (-(score + row[r]), r, place, score + row[r], path + (r,))
+            for place, (score, path) in enumerate(level)
+            for r in range(len(row))
+        ]
+        level = [(c[3], c[4]) for c in sorted(children)[:budget]]
+        kept.append(level)
+    merged = sorted((-score, depth, place, path) for depth, lv in enumerate(kept) for place, (score, path) in enumerate(lv))
+    return [m[3] for m in merged[:budget]]
 
 
 def build_tree_arrays(
