@@ -43,7 +43,7 @@ cp -r "$REPO/engine_patches/ddtree_engine/src/ddtree_engine/lab_models/target" "
 cp "$HERE/lab_prompts.json" $M/lab_prompts.json   # the compare prompts (builtin + 3 held-out), chat-templated
 cp -r "$HERE/configs/." $M/   # the dummy-weight models (configs only): step cost, and the budget that does not fit
 if [ "${SCRIPT:-lossless}" = gdn_kernel ]; then
-  # SGLang's tree-verify gated-delta kernel, stock vs patched (sglang_plugin/gdn_verify.py) vs chain.
+  # SGLang's tree-verify gated-delta kernel: stock, with the parent reload skipped, and chain (DFLASH's).
   python3 "$HERE/gdn_verify_kernel.py" "$OUT"
 elif [ "${SCRIPT:-lossless}" = step_cost ]; then
   # Step cost (issue 12): CONFIGS_JSON is step_cost.py's groups.
