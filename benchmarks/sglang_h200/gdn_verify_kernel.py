@@ -42,6 +42,7 @@ from ddtree_engine.core.tree import build_tree
 SGLANG_MODULE = "sglang.kernels.ops.attention.linear.fused_sigmoid_gating_recurrent"
 KERNEL_NAME = "fused_sigmoid_gating_delta_rule_update_kernel"
 # The reload in SGLang 0.5.23's tree branch, with the lines that make it unique.
+RELOAD = "                b_h = tl.load(cache_ptr, mask=mask_h, other=0).to(tl.float32)\n"
 ANCHOR = (
     "                step_offset = parent_step_idx * HV * K * V\n"
     "                cache_ptr = (\n"
@@ -52,9 +53,7 @@ ANCHOR = (
     "                    + o_v[None, :] * K\n"
     "                    + o_k[:, None]\n"
     "                )\n"
-    "                b_h = tl.load(cache_ptr, mask=mask_h, other=0).to(tl.float32)\n"
-)
-RELOAD = "                b_h = tl.load(cache_ptr, mask=mask_h, other=0).to(tl.float32)\n"
+) + RELOAD
 SKIP = "                if parent_step_idx != step_idx - 1:\n    " + RELOAD
 
 
@@ -83,6 +82,7 @@ def patched_kernel(module, skip: str = SKIP):
 def use(module, kernel) -> None:
     """SGLang's wrapper looks the kernel up by name at every call."""
     setattr(module, KERNEL_NAME, kernel)
+
 
 LAYERS = int(os.environ.get("LAYERS", "24"))
 ROUNDS = int(os.environ.get("ROUNDS", "7"))

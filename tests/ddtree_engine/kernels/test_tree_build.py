@@ -200,15 +200,36 @@ def test_more_warps_give_the_same_trees_on_the_gpu(num_warps):
                          reference.build_tree_arrays(vals, ids, budget, 11, 0))
 
 
+def proposer_key(scores: dict[tuple[int, ...], float], path: tuple[int, ...]) -> tuple:
+    """A node's place in the best-first order: (-score, depth, rank, then its proposer's key).
+
+    The proposer is the elder sibling, or the parent for rank 0; `scores` holds every node of
+    the proposer chain (rank paths, root excluded).
+    """
+    key: list = []
+    while path:
+        key += [-scores[path], len(path), path[-1]]
+        path = path[:-1] + (path[-1] - 1,) if path[-1] > 0 else path[:-1]
+    return tuple(key)
+
+
+def _paths(chosen) -> list[tuple[int, ...]]:
+    """select_prefixes' choice as rank paths, in selection order."""
+    paths: list[tuple[int, ...]] = []
+    for _, rank, parent, _ in chosen:
+        paths.append((paths[parent] if parent >= 0 else ()) + (rank,))
+    return paths
+
+
 def _static_order(vals: list[list[float]], budget: int) -> list[tuple[int, ...]]:
-    """Every rank path of the full tree, sorted by reference.proposer_key, cut at budget."""
+    """Every rank path of the full tree, sorted by proposer_key, cut at budget."""
     scores: dict[tuple[int, ...], float] = {}
     level = [()]
     for row in vals:
         level = [p + (r,) for p in level for r in range(len(row))]
         for p in level:
             scores[p] = scores.get(p[:-1], 0.0) + row[p[-1]]
-    return sorted(scores, key=lambda p: reference.proposer_key(scores, p))[:budget]
+    return sorted(scores, key=lambda p: proposer_key(scores, p))[:budget]
 
 
 @pytest.mark.parametrize("seed", range(300))
@@ -225,9 +246,7 @@ def test_best_first_selection_is_a_static_order_of_the_full_tree(seed):
         vals = -torch.rand(depths, k, generator=g, dtype=torch.float64) * 3
     vals = vals.sort(dim=1, descending=True).values.tolist()
     budget = int(torch.randint(1, sum(k ** (d + 1) for d in range(depths)) + 1, (1,), generator=g))
-    paths: list[tuple[int, ...]] = []
-    for _, rank, parent, _ in reference.select_prefixes(vals, budget, 0):
-        paths.append((paths[parent] if parent >= 0 else ()) + (rank,))
+    paths = _paths(reference.select_prefixes(vals, budget, 0))
     assert paths == _static_order(vals, budget)
     assert paths == reference.select_by_levels(vals, budget)
 
@@ -237,8 +256,5 @@ def test_select_by_levels_at_real_budgets(budget, tied):
     """L = 15, K = 8 from real top-K log-probs (bf16-like ties: logits from a few values)."""
     logits = _tied(15, 64, budget) if tied else _randn(15, 64, budget)
     vals, _ = topk_reference.sorted_topk_logprobs(logits, 8)
-    chosen = reference.select_prefixes(vals.tolist(), budget, 0)
-    paths: list[tuple[int, ...]] = []
-    for _, rank, parent, _ in chosen:
-        paths.append((paths[parent] if parent >= 0 else ()) + (rank,))
+    paths = _paths(reference.select_prefixes(vals.tolist(), budget, 0))
     assert paths == reference.select_by_levels(vals.tolist(), budget)

@@ -67,24 +67,12 @@ def select_prefixes(vals: list[list[float]], budget: int, spine_depth: int) -> l
     return chosen
 
 
-def proposer_key(scores: dict[tuple[int, ...], float], path: tuple[int, ...]) -> tuple:
-    """A node's place in the best-first order: (-score, depth, rank, then its proposer's key).
-
-    The proposer is the elder sibling, or the parent for rank 0; `scores` holds every node of
-    the proposer chain (rank paths, root excluded).
-    """
-    key: list = []
-    while path:
-        key += [-scores[path], len(path), path[-1]]
-        path = path[:-1] + (path[-1] - 1,) if path[-1] > 0 else path[:-1]
-    return tuple(key)
-
-
 def select_by_levels(vals: list[list[float]], budget: int) -> list[tuple[int, ...]]:
     """The same choice as `select_prefixes` (no spine), as rank paths in selection order, by levels.
 
     The blueprint of a parallel build: the chosen set is the `budget` smallest proposer keys of
-    the full tree, and closed under proposers, so a chosen node at depth d is among the `budget`
+    the full tree (tests/ddtree_engine/kernels/test_tree_build.py: `proposer_key`), and closed under
+    proposers, so a chosen node at depth d is among the `budget`
     best children of the level kept at depth d - 1 (were it not, `budget` better nodes would be
     chosen besides it). Each level is one top-`budget` over at most budget * K candidates, the
     last step one top-`budget` over the L kept levels: L + 1 selections instead of `budget` pops.
