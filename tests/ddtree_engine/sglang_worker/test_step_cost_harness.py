@@ -139,11 +139,14 @@ def test_arms_are_measured_one_at_a_time_round_after_round_with_odd_rounds_rever
     each = sorted(a["tok_per_s"] / b["tok_per_s"] for a, b in zip(by_arm["ddtree-graph-15-8"]["rounds"], by_arm["dflash"]["rounds"]))
     assert f"| {each[1]:.3f} ({each[0]:.2f}-{each[2]:.2f}) |" in rows["ddtree-graph-15-8"]
     assert "| 1.000 (1.00-1.00) |" in rows["dflash"]
+    # The same pairing of ms/step; real prompts have no quickest-decode figure ("-").
+    each = sorted(a["step_ms"] / b["step_ms"] for a, b in zip(by_arm["ddtree-graph-15-8"]["rounds"], by_arm["dflash"]["rounds"]))
+    assert f"| {each[1]:.3f} ({each[0]:.2f}-{each[2]:.2f}) | - |" in rows["ddtree-graph-15-8"]
 
 
 def test_synthetic_groups_measure_every_round_and_keep_one_figure_per_arm(tmp_path):
     groups = [{"model": "q35-4b", "dummy": True, "arms": ["dflash", "ddtree-graph-15-8"]}]
-    results, events, _ = run_harness(tmp_path, groups, rounds=2)
+    results, events, stdout = run_harness(tmp_path, groups, rounds=2)
     # Two timed 257-token decodes per arm and round; round 1 reversed.
     assert measured_runs(events, 257) == [("dflash", 2), ("ddtree-15", 2 + 2), ("dflash", 2)]
     # "repeat": 3 times 6 a round.
@@ -152,6 +155,15 @@ def test_synthetic_groups_measure_every_round_and_keep_one_figure_per_arm(tmp_pa
     for r in results:
         assert len(r["step_ms_rounds"]) == 2 and r["steps"] == 4 and "per_prompt" not in r
         assert r["step_ms"] == min(r["step_ms_rounds"])  # an even count: the lower middle round
+        for m in r["rounds"]:  # every decode's time kept; the quickest one's ms/step beside the median's
+            assert len(m["t257_each_s"]) == 2 and m["t257_s"] == sum(m["t257_each_s"]) / 2
+            assert m["step_ms_best"] == (min(m["t257_each_s"]) - m["prefill_s"]) / m["steps"] * 1e3 < m["step_ms"]
+    # The table pairs rounds: ms/step and the quickest decode's, each over DFLASH's of the same round.
+    by_arm = {r["arm"]: r for r in results}
+    rows = {line.split("|")[1].strip(): line for line in stdout.splitlines() if line.startswith("| ")}
+    for key in ("step_ms", "step_ms_best"):
+        each = sorted(a[key] / b[key] for a, b in zip(by_arm["ddtree-graph-15-8"]["rounds"], by_arm["dflash"]["rounds"]))
+        assert f"| {each[0]:.3f} ({each[0]:.2f}-{each[1]:.2f}) |" in rows["ddtree-graph-15-8"]
     # One arm at a time ends, after both arms' rounds (ROUNDS=1 would otherwise overlap them).
     last_measured = max(e["t"] for e in events if e.get("n") == 257)
     assert min(e["t"] for e in events if e.get("shutdown")) > last_measured
