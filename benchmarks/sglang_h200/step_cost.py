@@ -323,15 +323,30 @@ def summarize(rounds):
     return {**median, "step_ms_rounds": [m["step_ms"] for m in rounds], "rounds": rounds}
 
 
+def lower_median(xs):
+    return sorted(xs)[(len(xs) - 1) // 2]
+
+
+def median_interval(each, resamples=4000, seed=0):
+    """A 95 % bootstrap interval of the (lower) median of the per-round ratios: resample the rounds with
+    replacement, take each resample's median, keep the 2.5th and 97.5th percentiles (a fixed seed, so a
+    table is reproducible from its JSON)."""
+    import random
+    rng = random.Random(seed)
+    meds = sorted(lower_median(rng.choices(each, k=len(each))) for _ in range(resamples))
+    return meds[int(0.025 * resamples)], meds[int(0.975 * resamples) - 1]
+
+
 def paired(r, base, key="tok_per_s"):
     """The median over rounds of r's figure over base's in the same round (rounds run arm after arm,
-    so a round's pair shares the host's state of the moment), then the smallest and largest; "-"
-    unless both finished the same number of rounds."""
+    so a round's pair shares the host's state of the moment), then the smallest and largest, and from
+    5 rounds on the median's 95 % bootstrap interval; "-" unless both finished the same number of rounds."""
     mine, theirs = r.get("rounds") or [], (base or {}).get("rounds") or []
     if not mine or len(mine) != len(theirs) or any(key not in m for m in mine + theirs):
         return "-"
     each = sorted(a[key] / b[key] for a, b in zip(mine, theirs))
-    return f"{each[(len(each) - 1) // 2]:.3f} ({each[0]:.2f}-{each[-1]:.2f})"
+    interval = "; 95 % {:.3f}-{:.3f}".format(*median_interval(each)) if len(each) >= 5 else ""
+    return f"{lower_median(each):.3f} ({each[0]:.2f}-{each[-1]:.2f}{interval})"
 
 
 def ratios(results):

@@ -230,3 +230,22 @@ def test_freeze_gc_freezes_each_arm_once_after_its_warm_up(tmp_path):
     assert all(r["gc_frozen"] is True for r in results)
     _, plain_events, _ = run_harness(tmp_path / "plain", groups, rounds=1)
     assert not any(e.get("freeze_gc") for e in plain_events)
+
+
+def test_from_five_rounds_the_paired_median_comes_with_its_bootstrap_interval(tmp_path):
+    import re
+
+    groups = [{"model": "q35-4b", "dummy": True, "arms": ["dflash", "ddtree-graph-15-8"]}]
+    results, _, stdout = run_harness(tmp_path, groups, rounds=5)
+    by_arm = {r["arm"]: r for r in results}
+    row = next(line for line in stdout.splitlines() if line.startswith("| ddtree-graph-15-8 "))
+    # (The stand-in's figures are no speeds: a ratio may be negative.)
+    num = r"(-?\d+\.\d+)"
+    cells = re.findall(rf"{num} \({num}-{num}; 95 % {num}-{num}\)", row)
+    assert len(cells) == 3, row  # tok/s, ms/step, the quickest decode's ms/step
+    for (med, lo_all, hi_all, lo, hi), key in zip(cells, ("tok_per_s", "step_ms", "step_ms_best")):
+        each = sorted(a[key] / b[key] for a, b in zip(by_arm["ddtree-graph-15-8"]["rounds"], by_arm["dflash"]["rounds"]))
+        assert med == f"{each[2]:.3f}" and float(lo) <= float(med) <= float(hi)
+        # A resample's median is one of the rounds' ratios: so is each end of the interval.
+        shown = {f"{x:.3f}" for x in each}
+        assert lo in shown and hi in shown and lo != f"{each[-1]:.3f}" and hi != f"{each[0]:.3f}"
