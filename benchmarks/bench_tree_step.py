@@ -15,8 +15,10 @@ Budgets 15 (topk 8), 22, 64, 256 (topk 8). Ratios printed: kernel graph / argmax
 1.2), today / kernel graph (target >= 25x at b15, >= 40x at b256), and each against eager.
 
 Then the top-K pass on its own (K = 8, same logits), eager and in a CUDA graph, at 2048 / 4096 /
-8192 tokens per program (4096 is the default), against the argmax, as ratios from this run. Last, the
+8192 tokens per program (4096 is the default), against the argmax, as ratios from this run. Then the
 build kernel at budgets 64 and 256 in a CUDA graph with 1, 2, 4 and 8 warps (it takes kernel.default_warps: 1 below budget 128, 4 from it), each checked against the 1-warp tree.
+Each budget's row is followed by the same step with the level-by-level build (TreeStep(build_method=
+"levels")), and last the build alone, serial against levels at 1, 4 and 8 warps, in CUDA graphs.
 
     python benchmarks/bench_tree_step.py [--out DIR]   (JSON to DIR, else $OUT, else benchmarks/results/)
 """
@@ -168,22 +170,41 @@ def main() -> None:
             step.walk(choices)
 
         graph = graphed(eager)
+        # The same step with the level-by-level build (tree_build kernel, method "levels").
+        lv = TreeStep(DEPTHS, VOCAB, budget, topk, device, build_method="levels")
+        lv.build(logits, root, prefix)
+        lv.walk(choices)
+        levels_same = all(torch.equal(a, b) for a, b in zip(lv.tree + lv.compiled + lv.walked, step.tree + step.compiled + step.walked))
+
+        def eager_levels(step=lv, choices=choices):
+            step.build(logits, root, prefix)
+            step.walk(choices)
+
+        graph_levels = graphed(eager_levels)
         today_us = bench(lambda b=budget, t=topk: today(logits, b, t), rep=max(args.rep, 400))
         lean_us = bench(lambda b=budget, t=topk: lean(logits, b, t), rep=max(args.rep, 400))
         eager_us = bench(eager)
         graph_us = bench(graph.replay)
+        graph_levels_us = bench(graph_levels.replay)
         row = {
             "budget": budget, "topk": topk, "matches_reference": same,
             "argmax_us": argmax_us, "argmax_graph_us": argmax_graph_us, "today_us": today_us, "lean_us": lean_us,
             "kernel_eager_us": eager_us, "kernel_graph_us": graph_us,
             "graph_over_argmax": graph_us / argmax_us, "today_over_graph": today_us / graph_us,
             "today_over_eager": today_us / eager_us, "lean_over_graph": lean_us / graph_us,
+            "levels_matches_serial": levels_same, "kernel_graph_levels_us": graph_levels_us,
+            "graph_levels_over_argmax": graph_levels_us / argmax_us, "today_over_graph_levels": today_us / graph_levels_us,
         }
         rows.append(row)
         print(
             f"{budget:>6} {topk:>4} {today_us:>10.1f} {lean_us:>9.1f} {eager_us:>9.1f} {graph_us:>9.1f} "
             f"{row['graph_over_argmax']:>12.2f} {row['today_over_graph']:>10.1f}x {row['today_over_eager']:>10.1f}x "
             f"{row['lean_over_graph']:>9.1f}x" + ("" if same else "  MISMATCH vs reference")
+        )
+        print(
+            f"{'':>6} {'':>4} levels build: graph {graph_levels_us:.1f} us, {row['graph_levels_over_argmax']:.2f}x argmax, "
+            f"today / graph {row['today_over_graph_levels']:.1f}x, serial / levels {graph_us / graph_levels_us:.2f}x"
+            + ("" if levels_same else "  MISMATCH vs the serial build")
         )
     topk = topk_rows(logits, bench, argmax_us, argmax_graph_us)
     # Where the kernel time goes at each budget (one stage at a time, eager launches, GPU time).
@@ -216,10 +237,31 @@ def main() -> None:
             if not same:
                 print(f"  build b{budget} with {warps} warps: MISMATCH vs 1 warp")
         print(f"build b{budget} in a CUDA graph by num_warps: " + ", ".join(f"{w}: {us:.1f} us" for w, us in build_warps[budget].items()))
+    # The build alone, serial (default warps) against the level-by-level selection at 1, 4 and 8 warps,
+    # each in a CUDA graph and checked against the serial tree.
+    build_levels = {}
+    for budget, topk in BUDGETS:
+        step = TreeStep(DEPTHS, VOCAB, budget, topk, device)
+        step.build(logits, root, prefix)
+        want = [t.clone() for t in step.tree]
+        serial = lambda s=step: s.build_kernel.build_tree_arrays(s.vals, s.ids, s.budget, root, 0, out=s.tree)  # noqa: E731
+        build_levels[budget] = {"serial": bench(graphed(serial).replay)}
+        for warps in (1, 4, 8):
+            fn = lambda s=step, w=warps: s.build_kernel.build_tree_arrays(  # noqa: E731
+                s.vals, s.ids, s.budget, root, 0, out=s.tree, num_warps=w, method="levels"
+            )
+            fn()
+            if not all(torch.equal(got, exp) for got, exp in zip(step.tree, want)):
+                build_levels[budget][f"levels_{warps}w_mismatch"] = True
+                print(f"  levels build b{budget} with {warps} warps: MISMATCH vs the serial build")
+            build_levels[budget][f"levels_{warps}w"] = bench(graphed(fn).replay)
+        print(f"build b{budget} in a CUDA graph, serial vs levels by num_warps (us): "
+              + ", ".join(f"{name} {us:.1f}" for name, us in build_levels[budget].items() if not name.endswith("mismatch")))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"bench_tree_step_{time.strftime('%Y%m%d_%H%M%S')}.json"
-    path.write_text(json.dumps({"info": info, "rows": rows, "topk": topk, "stages": stages, "build_warps": build_warps}, indent=2))
+    path.write_text(json.dumps({"info": info, "rows": rows, "topk": topk, "stages": stages, "build_warps": build_warps,
+                                           "build_levels": build_levels}, indent=2))
     print(f"# raw JSON: {path}")
 
 

@@ -60,8 +60,9 @@ CASES = {
 }
 
 
-def _kernel_arrays(vals, ids, budget, root, spine):
-    out = kernel.build_tree_arrays(vals.to(DEVICE), ids.to(DEVICE), budget, torch.tensor([root], device=DEVICE), spine)
+def _kernel_arrays(vals, ids, budget, root, spine, method="serial"):
+    out = kernel.build_tree_arrays(vals.to(DEVICE), ids.to(DEVICE), budget, torch.tensor([root], device=DEVICE), spine,
+                                   method=method)
     return tuple(a.cpu() for a in out)
 
 
@@ -88,17 +89,22 @@ def test_reference_mirrors_core_build_tree(name):
         assert torch.equal(got[:n], getattr(tree, field)), f"{name}: {field} differ from core.tree.build_tree"
 
 
+METHODS = ("serial", "levels")  # kernel.build_tree_arrays' two selections ("levels" builds spines serially)
+
+
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("name", list(CASES))
-def test_kernel_matches_the_reference(name):
+def test_kernel_matches_the_reference(name, method):
     logits, budget, topk, spine = CASES[name]
     k = min(topk, budget, logits.shape[1])
     vals, ids = topk_reference.sorted_topk_logprobs(logits, k)
-    got = _kernel_arrays(vals, ids, budget, 5, spine)
+    got = _kernel_arrays(vals, ids, budget, 5, spine, method)
     _assert_same(name, got, reference.build_tree_arrays(vals, ids, budget, 5, spine))
 
 
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("seed", range(8))
-def test_kernel_matches_the_reference_on_random_shapes(seed):
+def test_kernel_matches_the_reference_on_random_shapes(seed, method):
     g = torch.Generator().manual_seed(100 + seed)
     depths = int(torch.randint(1, 16, (1,), generator=g))
     budget = int(torch.randint(1, 80, (1,), generator=g))
@@ -108,7 +114,27 @@ def test_kernel_matches_the_reference_on_random_shapes(seed):
     k = min(topk, budget, 10)
     vals, ids = topk_reference.sorted_topk_logprobs(logits, k)
     name = f"seed {seed}: L {depths} budget {budget} K {k} spine {spine}"
-    _assert_same(name, _kernel_arrays(vals, ids, budget, 3, spine), reference.build_tree_arrays(vals, ids, budget, 3, spine))
+    _assert_same(name, _kernel_arrays(vals, ids, budget, 3, spine, method), reference.build_tree_arrays(vals, ids, budget, 3, spine))
+
+
+@pytest.mark.parametrize("budget,topk", [(15, 8), (256, 8), (256, 4), (100, 16)])
+def test_levels_at_real_budgets(budget, topk):
+    """The level-by-level selection at the budgets served and benchmarked, ties included (on the CPU
+    too: its merges and binary searches are what differ from the serial heap), and on 6 random shapes
+    up to budget 300 each."""
+    depths = 15 if topk <= 8 else 14
+    for name, logits in {"random": _randn(depths, 1000, budget), "ties": _tied(depths, 1000, budget)}.items():
+        vals, ids = topk_reference.sorted_topk_logprobs(logits, topk)
+        got = _kernel_arrays(vals, ids, budget, 11, 0, "levels")
+        _assert_same(f"{name} b{budget} k{topk}", got, reference.build_tree_arrays(vals, ids, budget, 11, 0))
+    for seed in range(6):
+        g = torch.Generator().manual_seed(300 + budget + seed)
+        depths, b = int(torch.randint(1, 16, (1,), generator=g)), int(torch.randint(1, 300, (1,), generator=g))
+        k = min(int(torch.randint(1, 9, (1,), generator=g)), b)
+        logits = _tied(depths, 40, seed) if seed % 2 == 0 else _randn(depths, 40, seed)
+        vals, ids = topk_reference.sorted_topk_logprobs(logits, k)
+        _assert_same(f"seed {seed}: L {depths} b {b} K {k}", _kernel_arrays(vals, ids, b, 3, 0, "levels"),
+                     reference.build_tree_arrays(vals, ids, b, 3, 0))
 
 
 def test_core_build_tree_on_the_kernels_equals_the_reference(monkeypatch):
@@ -143,18 +169,21 @@ def test_bad_inputs_are_refused():
         kernel.build_tree_arrays(vals.float(), ids, 4, root)
     with pytest.raises(ValueError, match="expected budget >= 1"):
         kernel.build_tree_arrays(vals, ids, 0, root)
+    with pytest.raises(ValueError, match="expected method"):
+        kernel.build_tree_arrays(vals, ids, 4, root, method="heap")
     with pytest.raises(ValueError, match="ceil"):
         kernel.build_tree_arrays(torch.zeros(15, 16, dtype=torch.float64), torch.zeros(15, 16, dtype=torch.long), 4, root)
 
 
 @gpu
 @needs_cuda
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("budget,topk", [(15, 8), (22, 8), (64, 8), (256, 8), (256, 4), (100, 16)])
-def test_real_budgets_on_the_gpu(budget, topk):
+def test_real_budgets_on_the_gpu(budget, topk, method):
     depths = 15 if topk <= 8 else 14
     for name, logits in {"random": _randn(depths, 1000, budget), "ties": _tied(depths, 1000, budget)}.items():
         vals, ids = topk_reference.sorted_topk_logprobs(logits, topk)
-        got = _kernel_arrays(vals, ids, budget, 11, 0)
+        got = _kernel_arrays(vals, ids, budget, 11, 0, method)
         _assert_same(f"{name} b{budget} k{topk}", got, reference.build_tree_arrays(vals, ids, budget, 11, 0))
 
 
@@ -168,15 +197,16 @@ def test_the_default_warps_are_ones_the_gpu_test_covers():
 
 @gpu
 @needs_cuda
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("num_warps", [2, 4, 8])
-def test_more_warps_give_the_same_trees_on_the_gpu(num_warps):
+def test_more_warps_give_the_same_trees_on_the_gpu(num_warps, method):
     """The build kernel's heap lives in a global workspace that one program's warps share: with more
     than one warp (measured faster at large budgets, bench_tree_step.py) every tree shape, random
     shapes and the real budgets must still give the reference's arrays (it takes 4 from budget 128,
     kernel.default_warps; passed on the H200 on 2026-12-01)."""
     def arrays(vals, ids, budget, root, spine):
         out = kernel.build_tree_arrays(vals.to(DEVICE), ids.to(DEVICE), budget, torch.tensor([root], device=DEVICE), spine,
-                                       num_warps=num_warps)
+                                       num_warps=num_warps, method=method)
         return tuple(a.cpu() for a in out)
 
     for name, (logits, budget, topk, spine) in CASES.items():

@@ -66,11 +66,11 @@ def _compare(name, step, want):
                 assert torch.equal(g, w), f"{name}: {group}.{field} differ:\n kernel    {g.tolist()}\n reference {w.tolist()}"
 
 
-def _run_step(depths, vocab, budget, topk, spine, logits, root, prefix, seed):
+def _run_step(depths, vocab, budget, topk, spine, logits, root, prefix, seed, method="serial"):
     want_tree, _, _ = reference_step(logits, budget, topk, root, prefix, None, spine)
     choices = _deep_choices(want_tree, seed)
     want = reference_step(logits, budget, topk, root, prefix, choices, spine)
-    step = TreeStep(depths, vocab, budget, topk, DEVICE, spine)
+    step = TreeStep(depths, vocab, budget, topk, DEVICE, spine, build_method=method)
     step.build(logits.to(DEVICE), torch.tensor([root], device=DEVICE), torch.tensor([prefix], device=DEVICE))
     step.walk(choices.to(DEVICE))
     return step, want
@@ -87,11 +87,12 @@ STEPS = {  # name: (L, V, budget, topk, spine, tied)
 }
 
 
+@pytest.mark.parametrize("method", ["serial", "levels"])
 @pytest.mark.parametrize("name", list(STEPS))
-def test_step_matches_the_references(name):
+def test_step_matches_the_references(name, method):
     depths, vocab, budget, topk, spine, tied = STEPS[name]
     logits = _logits(depths, vocab, len(name), tied=tied)
-    step, want = _run_step(depths, vocab, budget, topk, spine, logits, 17, 40, len(name))
+    step, want = _run_step(depths, vocab, budget, topk, spine, logits, 17, 40, len(name), method)
     _compare(name, step, want)
     if budget > 0 and topk > 1:
         assert int(step.walked[2][0]) >= 2, f"{name}: the walk accepted nothing"
@@ -146,23 +147,25 @@ def test_topk_kernel_in_the_step_is_used(monkeypatch):
 
 @gpu
 @needs_cuda
+@pytest.mark.parametrize("method", ["serial", "levels"])
 @pytest.mark.parametrize("budget,topk", [(15, 8), (22, 8), (64, 8), (256, 8)])
-def test_real_sizes_on_the_gpu(budget, topk):
+def test_real_sizes_on_the_gpu(budget, topk, method):
     depths, vocab = 15, 151_936
     for seed, tied in ((1, False), (2, True)):
         logits = _logits(depths, vocab, seed, torch.bfloat16, tied)
-        step, want = _run_step(depths, vocab, budget, topk, 0, logits, 42, 1000, seed)
+        step, want = _run_step(depths, vocab, budget, topk, 0, logits, 42, 1000, seed, method)
         _compare(f"b{budget} k{topk} {'tied' if tied else 'random'}", step, want)
 
 
 @gpu
 @needs_cuda
+@pytest.mark.parametrize("method", ["serial", "levels"])
 @pytest.mark.parametrize("budget,topk,spine", [(15, 8, 0), (64, 8, 2), (256, 8, 0)])
-def test_the_step_replays_in_a_cuda_graph(budget, topk, spine):
+def test_the_step_replays_in_a_cuda_graph(budget, topk, spine, method):
     """Capture build + walk once; replay on new logits, root, prefix and choices copied into the
     static inputs; every replay equals the reference step on those inputs."""
     depths, vocab = 15, 151_936
-    step = TreeStep(depths, vocab, budget, topk, "cuda", spine)
+    step = TreeStep(depths, vocab, budget, topk, "cuda", spine, build_method=method)
     logits = torch.zeros(depths, vocab, dtype=torch.bfloat16, device="cuda")
     root = torch.zeros(1, dtype=torch.long, device="cuda")
     prefix = torch.zeros(1, dtype=torch.long, device="cuda")
@@ -201,3 +204,8 @@ def test_the_step_replays_in_a_cuda_graph(budget, topk, spine):
         torch.cuda.synchronize()
         _compare(f"replay {seed} b{budget}", step, want)
         assert int(step.walked[2][0]) >= 2
+
+
+def test_an_unknown_build_method_is_refused():
+    with pytest.raises(ValueError, match="build_method"):
+        TreeStep(3, 30, 5, 2, DEVICE, build_method="heap")

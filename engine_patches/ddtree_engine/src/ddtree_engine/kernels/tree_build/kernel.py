@@ -13,6 +13,19 @@ After the loop (`budget` iterations, fixed), the chosen nodes are laid out depth
 node's place is 1 + the number of chosen nodes with a smaller (depth, rank path) key, where the
 rank path r1..rd packs into B bits per level (B = bits of K - 1), which is the reference's
 order (by depth, then the parent's place, then rank).
+
+`method="levels"` (`_build_tree_levels`, no spine) makes the same choice without the `budget` pops,
+after reference.select_by_levels: each level keeps the top-`budget` children of the level kept before
+it, ordered by (-score, rank, parent's place), and a running best-`budget` set G absorbs each level
+(-score, then depth, then place: G's nodes are shallower and win ties). Both are merges of sorted
+lists, so every rank is a count of binary searches: a child (p, r) lands at p plus, for each other
+rank r', the r'-children of parents scoring so that they come first (sums compared as the
+reference adds them, ties to the lower rank); a node of the level lands after G's nodes not below
+it, a node of G after the level's nodes above it. L - 1 rounds of K - 1 searches (log2 budget + 1
+steps each) replace `budget` serial reductions. The layout is the serial kernel's, on keys packed
+while the levels grow (depth, then the rank path with the root side most significant). Equal to the
+reference on every tree shape and at the real budgets (tests/ddtree_engine/kernels/test_tree_build.py);
+not yet timed on the H200, so "serial" stays the default.
 """
 
 from __future__ import annotations
@@ -142,6 +155,155 @@ def _build_tree(
     tl.store(n_ptr, (n_chosen + 1).to(tl.int64))
 
 
+@triton.jit
+def _count_ahead(base_ptr, n, x, STRICT: tl.constexpr, LOGB: tl.constexpr):
+    """Per element of x: how many of the first n values at base_ptr (non-increasing) are > x (STRICT)
+    or >= x; a binary search of LOGB steps (n < 2 ** LOGB), all elements at once."""
+    lo = tl.zeros(x.shape, dtype=tl.int32)
+    hi = lo + n
+    for _ in range(LOGB):
+        act = lo < hi
+        mid = (lo + hi) >> 1
+        y = tl.load(base_ptr + mid, mask=act, other=0.0)
+        if STRICT:
+            ahead = y > x
+        else:
+            ahead = y >= x
+        lo = tl.where(act & ahead, mid + 1, lo)
+        hi = tl.where(act & (ahead == 0), mid, hi)
+    return lo
+
+
+@triton.jit
+def _build_tree_levels(
+    vals_ptr,
+    ids_ptr,
+    root_ptr,
+    L,
+    ws_ptr,
+    ws_score_ptr,
+    tok_ptr,
+    par_ptr,
+    dep_ptr,
+    rank_ptr,
+    score_ptr,
+    n_ptr,
+    BUDGET: tl.constexpr,
+    K: tl.constexpr,
+    KP: tl.constexpr,
+    B: tl.constexpr,
+    NB: tl.constexpr,
+    NP: tl.constexpr,
+    COLS: tl.constexpr,
+    LOGB: tl.constexpr,
+):
+    # Workspace: scores (fp64) and codes (int64) of the level before and this one (2 x NB each), and of
+    # the best nodes so far, G, before and after this level's merge (2 x NB each).
+    LV: tl.constexpr = 0
+    GS: tl.constexpr = 2 * NB
+    pi = tl.arange(0, NB)
+    ri = tl.arange(0, KP)
+    top = B * (L - 1)  # the rank path, root side most significant: depth 0's rank sits at bits top..top+B
+    # Level 0: the root's children in rank order, the first min(K, BUDGET) of them.
+    n_prev = tl.minimum(K, BUDGET)
+    v0 = 0.0 + tl.load(vals_ptr + ri, mask=ri < n_prev, other=0.0).to(tl.float64)
+    c0 = ri.to(tl.int64) << top
+    tl.store(ws_score_ptr + LV + ri, v0, mask=ri < n_prev)
+    tl.store(ws_ptr + LV + ri, c0, mask=ri < n_prev)
+    tl.store(ws_score_ptr + GS + ri, v0, mask=ri < n_prev)
+    tl.store(ws_ptr + GS + ri, c0, mask=ri < n_prev)  # depth 0 in the key's top bits
+    n_g = n_prev
+    tl.debug_barrier()
+    for d in range(1, L):
+        prev = LV + ((d - 1) % 2) * NB
+        cur = LV + (d % 2) * NB
+        # Candidates (p, r): child r of the level's p-th node. Each rank's column is already in the
+        # level's order (-score, rank, parent's place), so a candidate's place in the merged level is p
+        # plus, per other rank r', the r'-children ahead of it: a score above (r' > r) or not below
+        # (r' < r) its own, one binary search in the parents' scores each.
+        p2 = pi[:, None] + ri[None, :] * 0
+        r2 = pi[:, None] * 0 + ri[None, :]
+        ok = (p2 < n_prev) & (r2 < K)
+        s_par = tl.load(ws_score_ptr + prev + pi, mask=pi < n_prev, other=0.0)
+        v = tl.load(vals_ptr + d * K + ri, mask=ri < K, other=0.0).to(tl.float64)
+        t = s_par[:, None] + v[None, :]
+        place = p2
+        for rr in range(K):
+            v_rr = tl.load(vals_ptr + d * K + rr).to(tl.float64)
+            # #{p' : s[p'] + v_rr beats t}: s[p'] > t - v_rr is not the same in floating point, so search
+            # on the sums themselves (y + v_rr against t).
+            lo = tl.zeros([NB, KP], dtype=tl.int32)
+            hi = lo + n_prev
+            for _ in range(LOGB):
+                act = ok & (lo < hi) & (r2 != rr)
+                mid = (lo + hi) >> 1
+                y = tl.load(ws_score_ptr + prev + mid, mask=act, other=0.0) + v_rr
+                ahead = tl.where(rr < r2, y >= t, y > t)
+                lo = tl.where(act & ahead, mid + 1, lo)
+                hi = tl.where(act & (ahead == 0), mid, hi)
+            place += tl.where(r2 != rr, lo, 0)
+        keep = ok & (place < BUDGET)
+        code_par = tl.load(ws_ptr + prev + pi, mask=pi < n_prev, other=0)
+        code = code_par[:, None] | (r2.to(tl.int64) << (top - B * d))
+        tl.store(ws_score_ptr + cur + place, t, mask=keep)
+        tl.store(ws_ptr + cur + place, code, mask=keep)
+        n_cur = tl.minimum(n_prev * K, BUDGET)
+        tl.debug_barrier()
+        # Merge into G (every node of it shallower, so it wins ties): the best BUDGET so far, in order.
+        g_prev = GS + ((d - 1) % 2) * NB
+        g_cur = GS + (d % 2) * NB
+        gs = tl.load(ws_score_ptr + g_prev + pi, mask=pi < n_g, other=0.0)
+        gk = tl.load(ws_ptr + g_prev + pi, mask=pi < n_g, other=0)
+        ls = tl.load(ws_score_ptr + cur + pi, mask=pi < n_cur, other=0.0)
+        lk = tl.load(ws_ptr + cur + pi, mask=pi < n_cur, other=0) | ((tl.zeros([NB], dtype=tl.int64) + d) << _KEY_BITS)
+        g_place = pi + _count_ahead(ws_score_ptr + cur, n_cur, gs, True, LOGB)
+        l_place = pi + _count_ahead(ws_score_ptr + g_prev, n_g, ls, False, LOGB)
+        g_keep = (pi < n_g) & (g_place < BUDGET)
+        l_keep = (pi < n_cur) & (l_place < BUDGET)
+        tl.store(ws_score_ptr + g_cur + g_place, gs, mask=g_keep)
+        tl.store(ws_ptr + g_cur + g_place, gk, mask=g_keep)
+        tl.store(ws_score_ptr + g_cur + l_place, ls, mask=l_keep)
+        tl.store(ws_ptr + g_cur + l_place, lk, mask=l_keep)
+        n_g = tl.minimum(n_g + n_cur, BUDGET)
+        n_prev = n_cur
+        tl.debug_barrier()
+    # G holds the choice. Layout as the serial kernel's: depth-major, then the rank path; a node's
+    # place is 1 + the number of chosen keys below its own, its parent's the same for the parent's key.
+    g_fin = GS + ((L - 1) % 2) * NB
+    cm = pi < n_g
+    key = tl.load(ws_ptr + g_fin + pi, mask=cm, other=_NONE)
+    score = tl.load(ws_score_ptr + g_fin + pi, mask=cm, other=0.0)
+    dep = (key >> _KEY_BITS).to(tl.int32)
+    shift = (top - B * dep).to(tl.int64)
+    rnk = ((key >> shift) & ((1 << B) - 1)).to(tl.int32)
+    one = tl.full([NB], 1, tl.int64)
+    pcode = (key & ((one << _KEY_BITS) - 1)) & ~(((one << B) - 1) << shift)
+    pkey = ((dep - 1).to(tl.int64) << _KEY_BITS) | pcode
+    place = tl.zeros([NB], dtype=tl.int64)
+    pplace = tl.zeros([NB], dtype=tl.int64)
+    for j0 in range(0, NB, COLS):
+        cj = j0 + tl.arange(0, COLS)
+        kj = tl.load(ws_ptr + g_fin + cj, mask=cj < n_g, other=_NONE)
+        place += tl.sum((kj[None, :] < key[:, None]).to(tl.int64), axis=1)
+        pplace += tl.sum((kj[None, :] < pkey[:, None]).to(tl.int64), axis=1)
+    place += 1
+    pplace = tl.where(dep > 0, pplace + 1, 0)
+    root = tl.load(root_ptr)
+    tl.store(tok_ptr + place, tl.load(ids_ptr + dep * K + rnk, mask=cm, other=0), mask=cm)
+    tl.store(par_ptr + place, pplace, mask=cm)
+    tl.store(dep_ptr + place, dep.to(tl.int64) + 1, mask=cm)
+    tl.store(rank_ptr + place, rnk.to(tl.int64), mask=cm)
+    tl.store(score_ptr + place, score, mask=cm)
+    ni = tl.arange(0, NP)
+    rest = (ni < BUDGET + 1) & ((ni == 0) | (ni > n_g))
+    tl.store(tok_ptr + ni, tl.zeros([NP], dtype=tl.int64) + root, mask=rest)
+    tl.store(par_ptr + ni, tl.full([NP], -1, tl.int64), mask=rest)
+    tl.store(dep_ptr + ni, tl.zeros([NP], dtype=tl.int64), mask=rest)
+    tl.store(rank_ptr + ni, tl.full([NP], -1, tl.int64), mask=rest)
+    tl.store(score_ptr + ni, tl.where(ni == 0, 0.0, float("-inf")).to(tl.float64), mask=rest)
+    tl.store(n_ptr, (n_g + 1).to(tl.int64))
+
+
 def rank_bits(k: int) -> int:
     """Bits per tree level of the layout key: enough for ranks 0 .. k - 1 (at least 1)."""
     return max(1, (k - 1).bit_length())
@@ -174,6 +336,7 @@ def build_tree_arrays(
     spine_depth: int = 0,
     out: tuple[torch.Tensor, ...] | None = None,
     num_warps: int | None = None,
+    method: str = "serial",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The draft tree over the per-depth top-K, fixed shape N = budget + 1 (Triton).
 
@@ -184,6 +347,9 @@ def build_tree_arrays(
         spine_depth: reserve the top-1 chain down to this depth first (capped by L, budget).
         out: optional (tokens, parents, depths, ranks, scores, num_nodes) buffers to fill.
         num_warps: warps of the single program; None takes `default_warps(budget)`.
+        method: "serial", the heap replayed pop by pop (`budget` steps), or "levels", the same choice
+            level by level (`_build_tree_levels`: L - 1 merges of ranked candidates, no spine; with
+            spine_depth > 0 it builds "serial"). Not yet measured on the H200, so not the default.
 
     Returns:
         (tokens, parents, depths, ranks [N] int64, scores [N] float64, num_nodes [1] int64),
@@ -208,10 +374,34 @@ def build_tree_arrays(
             torch.empty(n_out, dtype=torch.float64, device=device),
             torch.empty(1, dtype=torch.int64, device=device),
         )
+    if method not in ("serial", "levels"):
+        raise ValueError(f"expected method 'serial' or 'levels', got {method!r}")
     nb = triton.next_power_of_2(budget)
+    spine = min(spine_depth, depths, budget)
+    if method == "levels" and spine == 0:
+        ws = torch.empty(4 * nb, dtype=torch.int64, device=device)
+        ws_score = torch.empty(4 * nb, dtype=torch.float64, device=device)
+        _build_tree_levels[(1,)](
+            vals.contiguous(),
+            ids.contiguous(),
+            root.to(torch.int64),
+            depths,
+            ws,
+            ws_score,
+            *out,
+            BUDGET=budget,
+            K=k,
+            KP=triton.next_power_of_2(k),
+            B=rank_bits(k),
+            NB=nb,
+            NP=triton.next_power_of_2(n_out),
+            COLS=min(nb, 16),
+            LOGB=nb.bit_length(),
+            num_warps=num_warps or default_warps(budget),
+        )
+        return out
     ws = torch.empty(5 * nb, dtype=torch.int64, device=device)
     ws_score = torch.empty(nb, dtype=torch.float64, device=device)
-    spine = min(spine_depth, depths, budget)
     _build_tree[(1,)](
         vals.contiguous(),
         ids.contiguous(),

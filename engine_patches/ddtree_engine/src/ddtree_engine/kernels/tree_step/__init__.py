@@ -31,12 +31,26 @@ class TreeStep:
         budget: drafted nodes; topk: candidates per depth (K = min(topk, budget, V)).
         device: a CUDA device (or the CPU under TRITON_INTERPRET=1).
         spine_depth: reserve the top-1 chain down to this depth first.
+        build_method: the build kernel's selection, "serial" (the heap, pop by pop) or "levels"
+            (tree_build/kernel.py: the same trees level by level; spines are built serially).
     """
 
-    def __init__(self, depths: int, vocab: int, budget: int, topk: int, device: torch.device | str, spine_depth: int = 0):
+    def __init__(
+        self,
+        depths: int,
+        vocab: int,
+        budget: int,
+        topk: int,
+        device: torch.device | str,
+        spine_depth: int = 0,
+        build_method: str = "serial",
+    ):
         if depths < 1 or budget < 0 or topk < 1:
             raise ValueError(f"expected L >= 1, budget >= 0, topk >= 1, got L {depths}, budget {budget}, topk {topk}")
+        if build_method not in ("serial", "levels"):
+            raise ValueError(f"expected build_method 'serial' or 'levels', got {build_method!r}")
         self.depths, self.vocab, self.budget, self.spine_depth = depths, vocab, budget, spine_depth
+        self.build_method = build_method
         self.k = min(topk, budget, vocab)
         self.device = torch.device(device)
         self.topk_kernel = kernel_module(__package__.rsplit(".", 1)[0] + ".topk_logprobs")
@@ -81,7 +95,9 @@ class TreeStep:
                 buf.copy_(val)
         else:
             self.topk_kernel.topk_logprobs(draft_logits, self.k, out=(self.vals, self.ids))
-            self.build_kernel.build_tree_arrays(self.vals, self.ids, self.budget, root, self.spine_depth, out=self.tree)
+            self.build_kernel.build_tree_arrays(
+                self.vals, self.ids, self.budget, root, self.spine_depth, out=self.tree, method=self.build_method
+            )
         tokens, parents, depths, _, _, num_nodes = self.tree
         self.mask_kernel.compile_tree_arrays(parents, depths, num_nodes, prefix_len, self.depths, out=self.compiled)
 
