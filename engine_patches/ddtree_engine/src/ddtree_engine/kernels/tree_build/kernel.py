@@ -223,7 +223,9 @@ def _build_tree_levels(
         # (r' < r) its own, one binary search in the parents' scores each.
         p2 = pi[:, None] + ri[None, :] * 0
         r2 = pi[:, None] * 0 + ri[None, :]
-        ok = (p2 < n_prev) & (r2 < K)
+        # (p, r) comes after every (p', r') with p' <= p and r' <= r, so from (p + 1)(r + 1) > BUDGET on
+        # it cannot be kept: no searches for it.
+        ok = (p2 < n_prev) & (r2 < K) & ((p2 + 1) * (r2 + 1) <= BUDGET)
         s_par = tl.load(ws_score_ptr + prev + pi, mask=pi < n_prev, other=0.0)
         v = tl.load(vals_ptr + d * K + ri, mask=ri < K, other=0.0).to(tl.float64)
         t = s_par[:, None] + v[None, :]
