@@ -6,6 +6,10 @@ host; natively, plus real budgets, on a GPU."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -185,6 +189,40 @@ def test_real_budgets_on_the_gpu(budget, topk, method):
         vals, ids = topk_reference.sorted_topk_logprobs(logits, topk)
         got = _kernel_arrays(vals, ids, budget, 11, 0, method)
         _assert_same(f"{name} b{budget} k{topk}", got, reference.build_tree_arrays(vals, ids, budget, 11, 0))
+
+
+COMPILE_FOR_SM90 = r"""
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from ddtree_engine.kernels.tree_build import kernel as k
+
+sig = {"vals_ptr": "*fp64", "ids_ptr": "*i64", "root_ptr": "*i64", "L": "i32", "spine": "i32", "ws_ptr": "*i64",
+       "ws_score_ptr": "*fp64", "tok_ptr": "*i64", "par_ptr": "*i64", "dep_ptr": "*i64", "rank_ptr": "*i64",
+       "score_ptr": "*fp64", "n_ptr": "*i64"}
+for budget, topk in ((15, 8), (256, 8), (100, 16)):
+    nb = triton.next_power_of_2(budget)
+    shape = dict(BUDGET=budget, K=topk, B=k.rank_bits(topk), NB=nb, NP=triton.next_power_of_2(budget + 1), COLS=min(nb, 16))
+    for fn, extra, skip in ((k._build_tree, {}, ()), (k._build_tree_levels, dict(KP=triton.next_power_of_2(topk), LOGB=nb.bit_length()), ("spine",))):
+        consts = {**shape, **extra}
+        params = {n: t for n, t in sig.items() if n not in skip}
+        src = ASTSource(fn=fn, signature={**params, **{c: "constexpr" for c in consts}}, constexprs=consts)
+        ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": k.default_warps(budget)}).asm["ptx"]
+        print(fn.__name__, budget, topk, ".target sm_90" in ptx)
+"""
+
+
+def test_both_build_kernels_compile_for_the_h200_without_one():
+    """The interpreter runs a kernel's Python, not Triton's compiler, so what only the compiler refuses (a
+    loop-carried value changing type, say) would show first on a GPU; Triton compiles to sm_90 PTX with
+    its own ptxas on any host. In a child process: the kernels here are the interpreter's."""
+    env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1")
+    proc = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.split("\n")
+    for budget, topk in ((15, 8), (256, 8), (100, 16)):
+        for name in ("_build_tree", "_build_tree_levels"):
+            assert f"{name} {budget} {topk} True" in lines
 
 
 def test_the_default_warps_are_ones_the_gpu_test_covers():

@@ -199,24 +199,24 @@ def _build_tree_levels(
 ):
     # Workspace: scores (fp64) and codes (int64) of the level before and this one (2 x NB each), and of
     # the best nodes so far, G, before and after this level's merge (2 x NB each).
-    LV: tl.constexpr = 0
-    GS: tl.constexpr = 2 * NB
+    GS = 2 * NB
     pi = tl.arange(0, NB)
     ri = tl.arange(0, KP)
     top = B * (L - 1)  # the rank path, root side most significant: depth 0's rank sits at bits top..top+B
     # Level 0: the root's children in rank order, the first min(K, BUDGET) of them.
-    n_prev = tl.minimum(K, BUDGET)
+    # Loop-carried scalars start as tensors (a constexpr start would change type in the loop).
+    n_prev = tl.minimum(tl.program_id(0) * 0 + K, BUDGET)
     v0 = 0.0 + tl.load(vals_ptr + ri, mask=ri < n_prev, other=0.0).to(tl.float64)
     c0 = ri.to(tl.int64) << top
-    tl.store(ws_score_ptr + LV + ri, v0, mask=ri < n_prev)
-    tl.store(ws_ptr + LV + ri, c0, mask=ri < n_prev)
+    tl.store(ws_score_ptr + ri, v0, mask=ri < n_prev)
+    tl.store(ws_ptr + ri, c0, mask=ri < n_prev)
     tl.store(ws_score_ptr + GS + ri, v0, mask=ri < n_prev)
     tl.store(ws_ptr + GS + ri, c0, mask=ri < n_prev)  # depth 0 in the key's top bits
     n_g = n_prev
     tl.debug_barrier()
     for d in range(1, L):
-        prev = LV + ((d - 1) % 2) * NB
-        cur = LV + (d % 2) * NB
+        prev = ((d - 1) % 2) * NB  # the level before, then this one, alternate in the workspace's first 2 x NB
+        cur = (d % 2) * NB
         # Candidates (p, r): child r of the level's p-th node. Each rank's column is already in the
         # level's order (-score, rank, parent's place), so a candidate's place in the merged level is p
         # plus, per other rank r', the r'-children ahead of it: a score above (r' > r) or not below
