@@ -238,25 +238,33 @@ def main() -> None:
                 print(f"  build b{budget} with {warps} warps: MISMATCH vs 1 warp")
         print(f"build b{budget} in a CUDA graph by num_warps: " + ", ".join(f"{w}: {us:.1f} us" for w, us in build_warps[budget].items()))
     # The build alone, serial (default warps) against the level-by-level selection at 1, 4 and 8 warps,
-    # each in a CUDA graph and checked against the serial tree.
+    # each in a CUDA graph and checked against the serial tree, on this run's logits (a shallow tree: depth 3
+    # at budget 256) and on peaked ones (one token per depth 20 logits up: nodes at all 15 depths at budget
+    # 256), since the levels build skips the levels that cannot add a node.
+    peaked = (logits.float() + 20.0 * torch.nn.functional.one_hot(
+        torch.randint(0, VOCAB, (DEPTHS,), generator=torch.Generator().manual_seed(1)).to(device), VOCAB)).to(torch.bfloat16)
     build_levels = {}
-    for budget, topk in BUDGETS:
-        step = TreeStep(DEPTHS, VOCAB, budget, topk, device)
-        step.build(logits, root, prefix)
-        want = [t.clone() for t in step.tree]
-        serial = lambda s=step: s.build_kernel.build_tree_arrays(s.vals, s.ids, s.budget, root, 0, out=s.tree)  # noqa: E731
-        build_levels[budget] = {"serial": bench(graphed(serial).replay)}
-        for warps in (1, 4, 8):
-            fn = lambda s=step, w=warps: s.build_kernel.build_tree_arrays(  # noqa: E731
-                s.vals, s.ids, s.budget, root, 0, out=s.tree, num_warps=w, method="levels"
-            )
-            fn()
-            if not all(torch.equal(got, exp) for got, exp in zip(step.tree, want)):
-                build_levels[budget][f"levels_{warps}w_mismatch"] = True
-                print(f"  levels build b{budget} with {warps} warps: MISMATCH vs the serial build")
-            build_levels[budget][f"levels_{warps}w"] = bench(graphed(fn).replay)
-        print(f"build b{budget} in a CUDA graph, serial vs levels by num_warps (us): "
-              + ", ".join(f"{name} {us:.1f}" for name, us in build_levels[budget].items() if not name.endswith("mismatch")))
+    for kind, draft in (("random", logits), ("peaked", peaked)):
+        for budget, topk in BUDGETS:
+            step = TreeStep(DEPTHS, VOCAB, budget, topk, device)
+            step.build(draft, root, prefix)
+            want = [t.clone() for t in step.tree]
+            n = int(step.tree[5][0])
+            serial = lambda s=step: s.build_kernel.build_tree_arrays(s.vals, s.ids, s.budget, root, 0, out=s.tree)  # noqa: E731
+            row = {"depth": int(step.tree[2][:n].max()), "serial": bench(graphed(serial).replay)}
+            for warps in (1, 4, 8):
+                fn = lambda s=step, w=warps: s.build_kernel.build_tree_arrays(  # noqa: E731
+                    s.vals, s.ids, s.budget, root, 0, out=s.tree, num_warps=w, method="levels"
+                )
+                fn()
+                if not all(torch.equal(got, exp) for got, exp in zip(step.tree, want)):
+                    row[f"levels_{warps}w_mismatch"] = True
+                    print(f"  levels build {kind} b{budget} with {warps} warps: MISMATCH vs the serial build")
+                row[f"levels_{warps}w"] = bench(graphed(fn).replay)
+            build_levels[f"{kind} b{budget}"] = row
+            best = min(row[f"levels_{w}w"] for w in (1, 4, 8))
+            print(f"build {kind} b{budget} (depth {row['depth']}) in a CUDA graph: serial {row['serial']:.1f} us, levels "
+                  + ", ".join(f"{w}w {row[f'levels_{w}w']:.1f}" for w in (1, 4, 8)) + f" us; serial / best levels {row['serial'] / best:.2f}x")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"bench_tree_step_{time.strftime('%Y%m%d_%H%M%S')}.json"

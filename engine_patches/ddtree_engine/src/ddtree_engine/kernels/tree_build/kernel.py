@@ -22,10 +22,13 @@ lists, so every rank is a count of binary searches: a child (p, r) lands at p pl
 rank r', the r'-children of parents scoring so that they come first (sums compared as the
 reference adds them, ties to the lower rank); a node of the level lands after G's nodes not below
 it, a node of G after the level's nodes above it. L - 1 rounds of K - 1 searches (log2 budget + 1
-steps each) replace `budget` serial reductions. The layout is the serial kernel's, on keys packed
-while the levels grow (depth, then the rank path with the root side most significant). Equal to the
-reference on every tree shape and at the real budgets (tests/ddtree_engine/kernels/test_tree_build.py);
-not yet timed on the H200, so "serial" stays the default.
+steps each) replace `budget` serial reductions, and fewer: only the nodes that entered G have
+children worth ranking (one G leaves out is beaten by `budget` shallower nodes, so are its
+descendants), and once a level adds nothing to G the deeper ones are skipped. The layout is the
+serial kernel's, on keys packed while the levels grow (depth, then the rank path with the root side
+most significant). Equal to the reference on every tree shape and at the real budgets
+(tests/ddtree_engine/kernels/test_tree_build.py); not yet timed on the H200, so "serial" stays the
+default.
 """
 
 from __future__ import annotations
@@ -213,65 +216,70 @@ def _build_tree_levels(
     tl.store(ws_score_ptr + GS + ri, v0, mask=ri < n_prev)
     tl.store(ws_ptr + GS + ri, c0, mask=ri < n_prev)  # depth 0 in the key's top bits
     n_g = n_prev
+    g_off = n_prev * 0 + GS  # where G is now (it moves between its two halves with each merge)
     tl.debug_barrier()
     for d in range(1, L):
-        prev = ((d - 1) % 2) * NB  # the level before, then this one, alternate in the workspace's first 2 x NB
-        cur = (d % 2) * NB
-        # Candidates (p, r): child r of the level's p-th node. Each rank's column is already in the
-        # level's order (-score, rank, parent's place), so a candidate's place in the merged level is p
-        # plus, per other rank r', the r'-children ahead of it: a score above (r' > r) or not below
-        # (r' < r) its own, one binary search in the parents' scores each.
-        p2 = pi[:, None] + ri[None, :] * 0
-        r2 = pi[:, None] * 0 + ri[None, :]
-        # (p, r) comes after every (p', r') with p' <= p and r' <= r, so from (p + 1)(r + 1) > BUDGET on
-        # it cannot be kept: no searches for it.
-        ok = (p2 < n_prev) & (r2 < K) & ((p2 + 1) * (r2 + 1) <= BUDGET)
-        s_par = tl.load(ws_score_ptr + prev + pi, mask=pi < n_prev, other=0.0)
-        v = tl.load(vals_ptr + d * K + ri, mask=ri < K, other=0.0).to(tl.float64)
-        t = s_par[:, None] + v[None, :]
-        place = p2
-        for rr in range(K):
-            v_rr = tl.load(vals_ptr + d * K + rr).to(tl.float64)
-            # #{p' : s[p'] + v_rr beats t}: s[p'] > t - v_rr is not the same in floating point, so search
-            # on the sums themselves (y + v_rr against t).
-            lo = tl.zeros([NB, KP], dtype=tl.int32)
-            hi = lo + n_prev
-            for _ in range(LOGB):
-                act = ok & (lo < hi) & (r2 != rr)
-                mid = (lo + hi) >> 1
-                y = tl.load(ws_score_ptr + prev + mid, mask=act, other=0.0) + v_rr
-                ahead = tl.where(rr < r2, y >= t, y > t)
-                lo = tl.where(act & ahead, mid + 1, lo)
-                hi = tl.where(act & (ahead == 0), mid, hi)
-            place += tl.where(r2 != rr, lo, 0)
-        keep = ok & (place < BUDGET)
-        code_par = tl.load(ws_ptr + prev + pi, mask=pi < n_prev, other=0)
-        code = code_par[:, None] | (r2.to(tl.int64) << (top - B * d))
-        tl.store(ws_score_ptr + cur + place, t, mask=keep)
-        tl.store(ws_ptr + cur + place, code, mask=keep)
-        n_cur = tl.minimum(n_prev * K, BUDGET)
-        tl.debug_barrier()
-        # Merge into G (every node of it shallower, so it wins ties): the best BUDGET so far, in order.
-        g_prev = GS + ((d - 1) % 2) * NB
-        g_cur = GS + (d % 2) * NB
-        gs = tl.load(ws_score_ptr + g_prev + pi, mask=pi < n_g, other=0.0)
-        gk = tl.load(ws_ptr + g_prev + pi, mask=pi < n_g, other=0)
-        ls = tl.load(ws_score_ptr + cur + pi, mask=pi < n_cur, other=0.0)
-        lk = tl.load(ws_ptr + cur + pi, mask=pi < n_cur, other=0) | ((tl.zeros([NB], dtype=tl.int64) + d) << _KEY_BITS)
-        g_place = pi + _count_ahead(ws_score_ptr + cur, n_cur, gs, True, LOGB)
-        l_place = pi + _count_ahead(ws_score_ptr + g_prev, n_g, ls, False, LOGB)
-        g_keep = (pi < n_g) & (g_place < BUDGET)
-        l_keep = (pi < n_cur) & (l_place < BUDGET)
-        tl.store(ws_score_ptr + g_cur + g_place, gs, mask=g_keep)
-        tl.store(ws_ptr + g_cur + g_place, gk, mask=g_keep)
-        tl.store(ws_score_ptr + g_cur + l_place, ls, mask=l_keep)
-        tl.store(ws_ptr + g_cur + l_place, lk, mask=l_keep)
-        n_g = tl.minimum(n_g + n_cur, BUDGET)
-        n_prev = n_cur
-        tl.debug_barrier()
+        # Only the nodes that entered G have children worth a look: a node G leaves out is beaten by BUDGET
+        # shallower nodes, and so is every descendant of it. Once a level adds nothing, no deeper one can.
+        if n_prev > 0:
+            prev = ((d - 1) % 2) * NB  # the level before, then this one, alternate in the workspace's first 2 x NB
+            cur = (d % 2) * NB
+            # Candidates (p, r): child r of the level's p-th node. Each rank's column is already in the
+            # level's order (-score, rank, parent's place), so a candidate's place in the merged level is p
+            # plus, per other rank r', the r'-children ahead of it: a score above (r' > r) or not below
+            # (r' < r) its own, one binary search in the parents' scores each.
+            p2 = pi[:, None] + ri[None, :] * 0
+            r2 = pi[:, None] * 0 + ri[None, :]
+            # (p, r) comes after every (p', r') with p' <= p and r' <= r, so from (p + 1)(r + 1) > BUDGET on
+            # it cannot be kept: no searches for it.
+            ok = (p2 < n_prev) & (r2 < K) & ((p2 + 1) * (r2 + 1) <= BUDGET)
+            s_par = tl.load(ws_score_ptr + prev + pi, mask=pi < n_prev, other=0.0)
+            v = tl.load(vals_ptr + d * K + ri, mask=ri < K, other=0.0).to(tl.float64)
+            t = s_par[:, None] + v[None, :]
+            place = p2
+            for rr in range(K):
+                v_rr = tl.load(vals_ptr + d * K + rr).to(tl.float64)
+                # #{p' : s[p'] + v_rr beats t}: s[p'] > t - v_rr is not the same in floating point, so search
+                # on the sums themselves (y + v_rr against t).
+                lo = tl.zeros([NB, KP], dtype=tl.int32)
+                hi = lo + n_prev
+                for _ in range(LOGB):
+                    act = ok & (lo < hi) & (r2 != rr)
+                    mid = (lo + hi) >> 1
+                    y = tl.load(ws_score_ptr + prev + mid, mask=act, other=0.0) + v_rr
+                    ahead = tl.where(rr < r2, y >= t, y > t)
+                    lo = tl.where(act & ahead, mid + 1, lo)
+                    hi = tl.where(act & (ahead == 0), mid, hi)
+                place += tl.where(r2 != rr, lo, 0)
+            keep = ok & (place < BUDGET)
+            code_par = tl.load(ws_ptr + prev + pi, mask=pi < n_prev, other=0)
+            code = code_par[:, None] | (r2.to(tl.int64) << (top - B * d))
+            tl.store(ws_score_ptr + cur + place, t, mask=keep)
+            tl.store(ws_ptr + cur + place, code, mask=keep)
+            n_cur = tl.minimum(n_prev * K, BUDGET)
+            tl.debug_barrier()
+            # Merge into G (every node of it shallower, so it wins ties): the best BUDGET so far, in order.
+            g_prev = g_off
+            g_cur = 2 * GS + NB - g_off  # the other half of G's 2 x NB
+            gs = tl.load(ws_score_ptr + g_prev + pi, mask=pi < n_g, other=0.0)
+            gk = tl.load(ws_ptr + g_prev + pi, mask=pi < n_g, other=0)
+            ls = tl.load(ws_score_ptr + cur + pi, mask=pi < n_cur, other=0.0)
+            lk = tl.load(ws_ptr + cur + pi, mask=pi < n_cur, other=0) | ((tl.zeros([NB], dtype=tl.int64) + d) << _KEY_BITS)
+            g_place = pi + _count_ahead(ws_score_ptr + cur, n_cur, gs, True, LOGB)
+            l_place = pi + _count_ahead(ws_score_ptr + g_prev, n_g, ls, False, LOGB)
+            g_keep = (pi < n_g) & (g_place < BUDGET)
+            l_keep = (pi < n_cur) & (l_place < BUDGET)
+            tl.store(ws_score_ptr + g_cur + g_place, gs, mask=g_keep)
+            tl.store(ws_ptr + g_cur + g_place, gk, mask=g_keep)
+            tl.store(ws_score_ptr + g_cur + l_place, ls, mask=l_keep)
+            tl.store(ws_ptr + g_cur + l_place, lk, mask=l_keep)
+            n_g = tl.minimum(n_g + n_cur, BUDGET)
+            n_prev = tl.sum(l_keep.to(tl.int32), axis=0)  # a prefix of the level: its order is G's
+            g_off = g_cur
+            tl.debug_barrier()
     # G holds the choice. Layout as the serial kernel's: depth-major, then the rank path; a node's
     # place is 1 + the number of chosen keys below its own, its parent's the same for the parent's key.
-    g_fin = GS + ((L - 1) % 2) * NB
+    g_fin = g_off
     cm = pi < n_g
     key = tl.load(ws_ptr + g_fin + pi, mask=cm, other=_NONE)
     score = tl.load(ws_score_ptr + g_fin + pi, mask=cm, other=0.0)
