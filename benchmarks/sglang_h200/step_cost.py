@@ -36,7 +36,7 @@ each scheduler's main thread, the one that runs the step's Python, to that CPU, 
 where the kernel puts them (pinning all 60-odd threads to a few CPUs slowed every arm). FREEZE_GC=1 calls SGLang's freeze_gc once after
 the first round's warm-up, in every arm (gc_frozen in the result).
 """
-import json, os, subprocess, sys, time
+import json, os, random, subprocess, sys, time
 
 MODELS, OUT, GROUPS = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -331,7 +331,6 @@ def median_interval(each, resamples=4000, seed=0):
     """A 95 % bootstrap interval of the (lower) median of the per-round ratios: resample the rounds with
     replacement, take each resample's median, keep the 2.5th and 97.5th percentiles (a fixed seed, so a
     table is reproducible from its JSON)."""
-    import random
     rng = random.Random(seed)
     meds = sorted(lower_median(rng.choices(each, k=len(each))) for _ in range(resamples))
     return meds[int(0.025 * resamples)], meds[int(0.975 * resamples) - 1]

@@ -49,6 +49,28 @@ def _better(s1, k1, s2, k2):
 
 
 @triton.jit
+def _write_tree(
+    place, par_place, dep, rnk, score, cm, n_chosen, root_ptr, ids_ptr, tok_ptr, par_ptr, dep_ptr, rank_ptr, score_ptr,
+    n_ptr, BUDGET: tl.constexpr, K: tl.constexpr, NP: tl.constexpr,
+):
+    """Both builds' output: each chosen node (cm) at its place, the root at 0, padding after the last."""
+    root = tl.load(root_ptr)
+    tl.store(tok_ptr + place, tl.load(ids_ptr + dep * K + rnk, mask=cm, other=0), mask=cm)
+    tl.store(par_ptr + place, par_place, mask=cm)
+    tl.store(dep_ptr + place, dep.to(tl.int64) + 1, mask=cm)
+    tl.store(rank_ptr + place, rnk.to(tl.int64), mask=cm)
+    tl.store(score_ptr + place, score, mask=cm)
+    ni = tl.arange(0, NP)
+    rest = (ni < BUDGET + 1) & ((ni == 0) | (ni > n_chosen))
+    tl.store(tok_ptr + ni, tl.zeros([NP], dtype=tl.int64) + root, mask=rest)
+    tl.store(par_ptr + ni, tl.full([NP], -1, tl.int64), mask=rest)
+    tl.store(dep_ptr + ni, tl.zeros([NP], dtype=tl.int64), mask=rest)
+    tl.store(rank_ptr + ni, tl.full([NP], -1, tl.int64), mask=rest)
+    tl.store(score_ptr + ni, tl.where(ni == 0, 0.0, float("-inf")).to(tl.float64), mask=rest)
+    tl.store(n_ptr, (n_chosen + 1).to(tl.int64))
+
+
+@triton.jit
 def _build_tree(
     vals_ptr,
     ids_ptr,
@@ -141,21 +163,9 @@ def _build_tree(
     tl.store(ws_ptr + 4 * NB + ci, place, mask=cm)
     tl.debug_barrier()
     par_place = tl.load(ws_ptr + 4 * NB + par, mask=cm & (par >= 0), other=0)
-    root = tl.load(root_ptr)
-    tl.store(tok_ptr + place, tl.load(ids_ptr + dep * K + rnk, mask=cm, other=0), mask=cm)
-    tl.store(par_ptr + place, par_place, mask=cm)
-    tl.store(dep_ptr + place, dep.to(tl.int64) + 1, mask=cm)
-    tl.store(rank_ptr + place, rnk.to(tl.int64), mask=cm)
-    tl.store(score_ptr + place, tl.load(ws_score_ptr + ci, mask=cm, other=0.0), mask=cm)
-    # The root at 0, padding after the last chosen node.
-    ni = tl.arange(0, NP)
-    rest = (ni < BUDGET + 1) & ((ni == 0) | (ni > n_chosen))
-    tl.store(tok_ptr + ni, tl.zeros([NP], dtype=tl.int64) + root, mask=rest)
-    tl.store(par_ptr + ni, tl.full([NP], -1, tl.int64), mask=rest)
-    tl.store(dep_ptr + ni, tl.zeros([NP], dtype=tl.int64), mask=rest)
-    tl.store(rank_ptr + ni, tl.full([NP], -1, tl.int64), mask=rest)
-    tl.store(score_ptr + ni, tl.where(ni == 0, 0.0, float("-inf")).to(tl.float64), mask=rest)
-    tl.store(n_ptr, (n_chosen + 1).to(tl.int64))
+    score = tl.load(ws_score_ptr + ci, mask=cm, other=0.0)
+    _write_tree(place, par_place, dep, rnk, score, cm, n_chosen, root_ptr, ids_ptr, tok_ptr, par_ptr, dep_ptr, rank_ptr,
+                score_ptr, n_ptr, BUDGET, K, NP)
 
 
 @triton.jit
@@ -298,20 +308,8 @@ def _build_tree_levels(
         pplace += tl.sum((kj[None, :] < pkey[:, None]).to(tl.int64), axis=1)
     place += 1
     pplace = tl.where(dep > 0, pplace + 1, 0)
-    root = tl.load(root_ptr)
-    tl.store(tok_ptr + place, tl.load(ids_ptr + dep * K + rnk, mask=cm, other=0), mask=cm)
-    tl.store(par_ptr + place, pplace, mask=cm)
-    tl.store(dep_ptr + place, dep.to(tl.int64) + 1, mask=cm)
-    tl.store(rank_ptr + place, rnk.to(tl.int64), mask=cm)
-    tl.store(score_ptr + place, score, mask=cm)
-    ni = tl.arange(0, NP)
-    rest = (ni < BUDGET + 1) & ((ni == 0) | (ni > n_g))
-    tl.store(tok_ptr + ni, tl.zeros([NP], dtype=tl.int64) + root, mask=rest)
-    tl.store(par_ptr + ni, tl.full([NP], -1, tl.int64), mask=rest)
-    tl.store(dep_ptr + ni, tl.zeros([NP], dtype=tl.int64), mask=rest)
-    tl.store(rank_ptr + ni, tl.full([NP], -1, tl.int64), mask=rest)
-    tl.store(score_ptr + ni, tl.where(ni == 0, 0.0, float("-inf")).to(tl.float64), mask=rest)
-    tl.store(n_ptr, (n_g + 1).to(tl.int64))
+    _write_tree(place, pplace, dep, rnk, score, cm, n_g, root_ptr, ids_ptr, tok_ptr, par_ptr, dep_ptr, rank_ptr,
+                score_ptr, n_ptr, BUDGET, K, NP)
 
 
 def rank_bits(k: int) -> int:
@@ -376,6 +374,8 @@ def build_tree_arrays(
         raise ValueError(f"expected ceil(log2 K) * L <= {_KEY_BITS.value}, budget and K < 4096, got L {depths}, K {k}")
     if root.numel() != 1 or root.device != vals.device:
         raise ValueError(f"expected a one-element root tensor on {vals.device}, got {tuple(root.shape)} on {root.device}")
+    if method not in ("serial", "levels"):
+        raise ValueError(f"expected method 'serial' or 'levels', got {method!r}")
     device = vals.device
     n_out = budget + 1
     if out is None:
@@ -384,49 +384,17 @@ def build_tree_arrays(
             torch.empty(n_out, dtype=torch.float64, device=device),
             torch.empty(1, dtype=torch.int64, device=device),
         )
-    if method not in ("serial", "levels"):
-        raise ValueError(f"expected method 'serial' or 'levels', got {method!r}")
     nb = triton.next_power_of_2(budget)
     spine = min(spine_depth, depths, budget)
+    inputs = (vals.contiguous(), ids.contiguous(), root.to(torch.int64), depths)
+    shape = dict(BUDGET=budget, K=k, B=rank_bits(k), NB=nb, NP=triton.next_power_of_2(n_out), COLS=min(nb, 16),
+                 num_warps=num_warps or default_warps(budget))
     if method == "levels" and spine == 0:
         ws = torch.empty(4 * nb, dtype=torch.int64, device=device)
         ws_score = torch.empty(4 * nb, dtype=torch.float64, device=device)
-        _build_tree_levels[(1,)](
-            vals.contiguous(),
-            ids.contiguous(),
-            root.to(torch.int64),
-            depths,
-            ws,
-            ws_score,
-            *out,
-            BUDGET=budget,
-            K=k,
-            KP=triton.next_power_of_2(k),
-            B=rank_bits(k),
-            NB=nb,
-            NP=triton.next_power_of_2(n_out),
-            COLS=min(nb, 16),
-            LOGB=nb.bit_length(),
-            num_warps=num_warps or default_warps(budget),
-        )
+        _build_tree_levels[(1,)](*inputs, ws, ws_score, *out, KP=triton.next_power_of_2(k), LOGB=nb.bit_length(), **shape)
         return out
     ws = torch.empty(5 * nb, dtype=torch.int64, device=device)
     ws_score = torch.empty(nb, dtype=torch.float64, device=device)
-    _build_tree[(1,)](
-        vals.contiguous(),
-        ids.contiguous(),
-        root.to(torch.int64),
-        depths,
-        spine,
-        ws,
-        ws_score,
-        *out,
-        BUDGET=budget,
-        K=k,
-        B=rank_bits(k),
-        NB=nb,
-        NP=triton.next_power_of_2(n_out),
-        COLS=min(nb, 16),
-        num_warps=num_warps or default_warps(budget),
-    )
+    _build_tree[(1,)](*inputs, spine, ws, ws_score, *out, **shape)
     return out
