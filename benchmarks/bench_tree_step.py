@@ -18,7 +18,8 @@ Then the top-K pass on its own (K = 8, same logits), eager and in a CUDA graph, 
 8192 tokens per program (4096 is the default), against the argmax, as ratios from this run. Then the
 build kernel at budgets 64 and 256 in a CUDA graph with 1, 2, 4 and 8 warps (it takes kernel.default_warps: 1 below budget 128, 4 from it), each checked against the 1-warp tree.
 Each budget's row is followed by the same step with the level-by-level build (TreeStep(build_method=
-"levels")), and last the build alone, serial against levels at 1, 4 and 8 warps, in CUDA graphs.
+"levels")), with the one-launch build (TreeStep(fused=True): top-K, build and compile in one kernel)
+and with both, each checked against the serial step and timed in a CUDA graph; last the build alone, serial against levels at 1, 4 and 8 warps, in CUDA graphs.
 
     python benchmarks/bench_tree_step.py [--out DIR]   (JSON to DIR, else $OUT, else benchmarks/results/)
 """
@@ -170,30 +171,16 @@ def main() -> None:
             step.walk(choices)
 
         graph = graphed(eager)
-        # The same step with the level-by-level build (tree_build kernel, method "levels").
-        lv = TreeStep(DEPTHS, VOCAB, budget, topk, device, build_method="levels")
-        lv.build(logits, root, prefix)
-        lv.walk(choices)
-        levels_same = all(torch.equal(a, b) for a, b in zip(lv.tree + lv.compiled + lv.walked, step.tree + step.compiled + step.walked))
-
-        def eager_levels(step=lv, choices=choices):
-            step.build(logits, root, prefix)
-            step.walk(choices)
-
-        graph_levels = graphed(eager_levels)
         today_us = bench(lambda b=budget, t=topk: today(logits, b, t), rep=max(args.rep, 400))
         lean_us = bench(lambda b=budget, t=topk: lean(logits, b, t), rep=max(args.rep, 400))
         eager_us = bench(eager)
         graph_us = bench(graph.replay)
-        graph_levels_us = bench(graph_levels.replay)
         row = {
             "budget": budget, "topk": topk, "matches_reference": same,
             "argmax_us": argmax_us, "argmax_graph_us": argmax_graph_us, "today_us": today_us, "lean_us": lean_us,
             "kernel_eager_us": eager_us, "kernel_graph_us": graph_us,
             "graph_over_argmax": graph_us / argmax_us, "today_over_graph": today_us / graph_us,
             "today_over_eager": today_us / eager_us, "lean_over_graph": lean_us / graph_us,
-            "levels_matches_serial": levels_same, "kernel_graph_levels_us": graph_levels_us,
-            "graph_levels_over_argmax": graph_levels_us / argmax_us, "today_over_graph_levels": today_us / graph_levels_us,
         }
         rows.append(row)
         print(
@@ -201,11 +188,29 @@ def main() -> None:
             f"{row['graph_over_argmax']:>12.2f} {row['today_over_graph']:>10.1f}x {row['today_over_eager']:>10.1f}x "
             f"{row['lean_over_graph']:>9.1f}x" + ("" if same else "  MISMATCH vs reference")
         )
-        print(
-            f"{'':>6} {'':>4} levels build: graph {graph_levels_us:.1f} us, {row['graph_levels_over_argmax']:.2f}x argmax, "
-            f"today / graph {row['today_over_graph_levels']:.1f}x, serial / levels {graph_us / graph_levels_us:.2f}x"
-            + ("" if levels_same else "  MISMATCH vs the serial build")
-        )
+        # The same step with the level-by-level build (tree_build kernel, method "levels") and with the
+        # one-launch build (TreeStep(fused=True): top-K, build and compile in one kernel), each checked
+        # against the serial step's arrays and timed in a CUDA graph.
+        for name, method, fused in (("levels", "levels", False), ("fused", "serial", True), ("fused levels", "levels", True)):
+            other = TreeStep(DEPTHS, VOCAB, budget, topk, device, build_method=method, fused=fused)
+
+            def eager_other(step=other, choices=choices):
+                step.build(logits, root, prefix)
+                step.walk(choices)
+
+            eager_other()
+            eager_other()  # twice: the fused build must find its counters at zero again
+            matches = all(torch.equal(a, b) for a, b in zip(other.tree + other.compiled + other.walked,
+                                                            step.tree + step.compiled + step.walked))
+            us = bench(graphed(eager_other).replay)
+            key = name.replace(" ", "_")
+            row.update({f"{key}_matches_serial": matches, f"kernel_graph_{key}_us": us, f"graph_{key}_over_argmax": us / argmax_us,
+                        f"today_over_graph_{key}": today_us / us})
+            print(
+                f"{'':>6} {'':>4} {name} build: graph {us:.1f} us, {us / argmax_us:.2f}x argmax "
+                f"({us / argmax_graph_us:.2f}x the graphed argmax), today / graph {today_us / us:.1f}x, serial step / it "
+                f"{graph_us / us:.2f}x" + ("" if matches else "  MISMATCH vs the serial step")
+            )
     topk = topk_rows(logits, bench, argmax_us, argmax_graph_us)
     # Where the kernel time goes at each budget (one stage at a time, eager launches, GPU time).
     stages = {}

@@ -5,6 +5,10 @@ ar's tokens (T = 0, both architectures)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -26,6 +30,8 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 TREE = ("tokens", "parents", "depths", "ranks", "scores", "num_nodes")
 COMPILED = ("mask", "packed", "positions", "first_child", "next_sibling")
 WALKED = ("path", "emitted", "commit_len", "bonus")
+# Build variants: the build kernel's selection, and "fused" for TreeStep's one-launch build.
+METHODS = ["serial", "levels", "fused serial", "fused levels"]
 
 
 def _logits(depths, vocab, seed, dtype=torch.float32, tied=False):
@@ -66,11 +72,12 @@ def _compare(name, step, want):
                 assert torch.equal(g, w), f"{name}: {group}.{field} differ:\n kernel    {g.tolist()}\n reference {w.tolist()}"
 
 
-def _run_step(depths, vocab, budget, topk, spine, logits, root, prefix, seed, method="serial"):
+def _run_step(depths, vocab, budget, topk, spine, logits, root, prefix, seed, method="serial", block=4096):
     want_tree, _, _ = reference_step(logits, budget, topk, root, prefix, None, spine)
     choices = _deep_choices(want_tree, seed)
     want = reference_step(logits, budget, topk, root, prefix, choices, spine)
-    step = TreeStep(depths, vocab, budget, topk, DEVICE, spine, build_method=method)
+    step = TreeStep(depths, vocab, budget, topk, DEVICE, spine, build_method=method.split()[-1], fused="fused" in method,
+                    topk_block=block)
     step.build(logits.to(DEVICE), torch.tensor([root], device=DEVICE), torch.tensor([prefix], device=DEVICE))
     step.walk(choices.to(DEVICE))
     return step, want
@@ -87,12 +94,13 @@ STEPS = {  # name: (L, V, budget, topk, spine, tied)
 }
 
 
-@pytest.mark.parametrize("method", ["serial", "levels"])
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("name", list(STEPS))
 def test_step_matches_the_references(name, method):
     depths, vocab, budget, topk, spine, tied = STEPS[name]
     logits = _logits(depths, vocab, len(name), tied=tied)
-    step, want = _run_step(depths, vocab, budget, topk, spine, logits, 17, 40, len(name), method)
+    # 64-token blocks: several a row (the fused build's last-program merge has blocks to gather).
+    step, want = _run_step(depths, vocab, budget, topk, spine, logits, 17, 40, len(name), method, block=64)
     _compare(name, step, want)
     if budget > 0 and topk > 1:
         assert int(step.walked[2][0]) >= 2, f"{name}: the walk accepted nothing"
@@ -147,7 +155,7 @@ def test_topk_kernel_in_the_step_is_used(monkeypatch):
 
 @gpu
 @needs_cuda
-@pytest.mark.parametrize("method", ["serial", "levels"])
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("budget,topk", [(15, 8), (22, 8), (64, 8), (256, 8)])
 def test_real_sizes_on_the_gpu(budget, topk, method):
     depths, vocab = 15, 151_936
@@ -159,13 +167,13 @@ def test_real_sizes_on_the_gpu(budget, topk, method):
 
 @gpu
 @needs_cuda
-@pytest.mark.parametrize("method", ["serial", "levels"])
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("budget,topk,spine", [(15, 8, 0), (64, 8, 2), (256, 8, 0)])
 def test_the_step_replays_in_a_cuda_graph(budget, topk, spine, method):
     """Capture build + walk once; replay on new logits, root, prefix and choices copied into the
     static inputs; every replay equals the reference step on those inputs."""
     depths, vocab = 15, 151_936
-    step = TreeStep(depths, vocab, budget, topk, "cuda", spine, build_method=method)
+    step = TreeStep(depths, vocab, budget, topk, "cuda", spine, build_method=method.split()[-1], fused="fused" in method)
     logits = torch.zeros(depths, vocab, dtype=torch.bfloat16, device="cuda")
     root = torch.zeros(1, dtype=torch.long, device="cuda")
     prefix = torch.zeros(1, dtype=torch.long, device="cuda")
@@ -206,6 +214,61 @@ def test_the_step_replays_in_a_cuda_graph(budget, topk, spine, method):
         assert int(step.walked[2][0]) >= 2
 
 
+@pytest.mark.parametrize("method", ["fused serial", "fused levels"])
+def test_the_fused_build_runs_again_on_new_logits(method):
+    """The one-launch build leaves its counters at zero, so a second build (a graph replay) finds
+    its last programs again and builds the new logits' tree, and it reads only its own launch's
+    blocks: a step built on other logits first gives the same arrays as a fresh one."""
+    depths, vocab, budget, topk = 5, 3000, 12, 4
+    step = TreeStep(depths, vocab, budget, topk, DEVICE, build_method=method.split()[-1], fused=True, topk_block=512)
+    assert step.fused.nchunk > 1, "the test needs several blocks a row"
+    root, prefix = torch.tensor([7], device=DEVICE), torch.tensor([30], device=DEVICE)
+    for seed in (5, 6, 7):
+        logits = _logits(depths, vocab, seed)
+        step.build(logits.to(DEVICE), root, prefix)
+        assert not step.fused.counts.any(), f"seed {seed}: counters left at {step.fused.counts.tolist()}"
+        want_tree, want_compiled, _ = reference_step(logits, budget, topk, 7, 30, None)
+        for field, got, want in zip(TREE + COMPILED, step.tree + step.compiled, want_tree + want_compiled):
+            if field != "scores":
+                assert torch.equal(got.cpu(), want), f"seed {seed}: {field} differ"
+
+
 def test_an_unknown_build_method_is_refused():
     with pytest.raises(ValueError, match="build_method"):
         TreeStep(3, 30, 5, 2, DEVICE, build_method="heap")
+
+
+COMPILE_FUSED_FOR_SM90 = r"""
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from ddtree_engine.kernels.tree_build.kernel import rank_bits
+from ddtree_engine.kernels.tree_step import kernel as k
+
+i64, i32 = "*i64", "i32"
+sig = {"logits_ptr": "*bf16", "stride_row": i32, "V": i32, "NCHUNK": i32, "keys_ptr": i64, "max_ptr": "*fp32",
+       "sum_ptr": "*fp64", "count_ptr": "*i32", "vals_ptr": "*fp64", "ids_ptr": i64, "root_ptr": i64, "L": i32, "spine": i32,
+       "ws_ptr": i64, "ws_score_ptr": "*fp64", "tok_ptr": i64, "par_ptr": i64, "dep_ptr": i64, "rank_ptr": i64,
+       "score_ptr": "*fp64", "n_ptr": i64, "prefix_ptr": i64, "max_depth": i32, "mask_ptr": "*i1", "packed_ptr": "*i32",
+       "pos_ptr": i64, "fc_ptr": i64, "ns_ptr": i64, "N": i32, "W": i32}
+for budget, topk, levels in ((15, 8, False), (15, 8, True), (256, 8, True)):
+    nb, np_ = triton.next_power_of_2(budget), triton.next_power_of_2(budget + 1)
+    consts = dict(K=topk, KP=triton.next_power_of_2(topk), BLOCK=4096, CP=64, BUDGET=budget, B=rank_bits(topk), NB=nb, NP=np_,
+                  COLS=min(nb, 16), LEVELS=levels, LOGB=nb.bit_length(), BR=min(16, np_),
+                  WP=triton.next_power_of_2(triton.cdiv(budget + 1, 32)))
+    src = ASTSource(fn=k._fused_build, signature={**sig, **{c: "constexpr" for c in consts}}, constexprs=consts)
+    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4}).asm["ptx"]
+    print("fused", budget, topk, levels, ".target sm_90" in ptx, "atom.global.gpu.acq_rel.add" in ptx)
+"""
+
+
+def test_the_fused_build_compiles_for_the_h200_without_one():
+    """As test_tree_build's compile test: the one-launch build (both selections) compiles to sm_90 PTX
+    with Triton's own ptxas, and its counters are acq_rel atomics (the ordering the last programs'
+    reads of the other programs' blocks rely on)."""
+    env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1")
+    proc = subprocess.run([sys.executable, "-c", COMPILE_FUSED_FOR_SM90], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.split("\n")
+    for budget, levels in ((15, False), (15, True), (256, True)):
+        assert f"fused {budget} 8 {levels} True True" in lines, proc.stdout

@@ -50,8 +50,15 @@ def _chunk_topk(
     KP: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    row = tl.program_id(0)
-    chunk = tl.program_id(1)
+    _chunk_keys(logits_ptr, stride_row, V, NCHUNK, keys_ptr, max_ptr, sum_ptr, tl.program_id(0), tl.program_id(1), K, KP, BLOCK)
+
+
+@triton.jit
+def _chunk_keys(
+    logits_ptr, stride_row, V, NCHUNK, keys_ptr, max_ptr, sum_ptr, row, chunk,
+    K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """One block of one row: its max, sum of exp(x - max) and K best keys (the first pass)."""
     offs = chunk * BLOCK + tl.arange(0, BLOCK)
     valid = offs < V
     x = tl.load(logits_ptr + row.to(tl.int64) * stride_row + offs, mask=valid, other=float("-inf")).to(tl.float32)
@@ -88,11 +95,18 @@ def _merge_topk(
     KP: tl.constexpr,
     CP: tl.constexpr,
 ):
-    row = tl.program_id(0)
+    _merge_row(keys_ptr, max_ptr, sum_ptr, NCHUNK, vals_ptr, ids_ptr, tl.program_id(0), K, KP, CP)
+
+
+@triton.jit
+def _merge_row(keys_ptr, max_ptr, sum_ptr, NCHUNK, vals_ptr, ids_ptr, row, K: tl.constexpr, KP: tl.constexpr, CP: tl.constexpr):
+    """One row's log-probs and ids from its blocks (the second pass). The loads bypass L1 (.cg):
+    tree_step's fused kernel runs this in the program that finished a row's blocks last, reading
+    what other programs of the same launch wrote."""
     chunks = tl.arange(0, CP)
     cmask = chunks < NCHUNK
-    m = tl.load(max_ptr + row * NCHUNK + chunks, mask=cmask, other=float("-inf"))
-    s = tl.load(sum_ptr + row * NCHUNK + chunks, mask=cmask, other=0.0)
+    m = tl.load(max_ptr + row * NCHUNK + chunks, mask=cmask, other=float("-inf"), cache_modifier=".cg")
+    s = tl.load(sum_ptr + row * NCHUNK + chunks, mask=cmask, other=0.0, cache_modifier=".cg")
     big = tl.max(m, axis=0)
     big_safe = tl.where(big == float("-inf"), 0.0, big)
     scale = tl.where(m == float("-inf"), 0.0, tl.exp(m - big_safe)).to(tl.float64)
@@ -104,7 +118,7 @@ def _merge_topk(
     mant = ((tb & 0x007FFFFF) | 0x3F800000).to(tl.float32, bitcast=True)
     log_total = e * _LN2_HI + e * _LN2_LO + tl.log(mant).to(tl.float64)
     cand = tl.arange(0, CP * KP)
-    key = tl.load(keys_ptr + row * NCHUNK * KP + cand, mask=cand < NCHUNK * KP, other=_SENTINEL)
+    key = tl.load(keys_ptr + row * NCHUNK * KP + cand, mask=cand < NCHUNK * KP, other=_SENTINEL, cache_modifier=".cg")
     slots = tl.arange(0, KP)
     best_keys = tl.full([KP], _SENTINEL, tl.int64)
     for j in tl.static_range(K):

@@ -31,7 +31,17 @@ def _compile_tree(
     NP: tl.constexpr,
     WP: tl.constexpr,
 ):
-    rows = tl.program_id(0) * BR + tl.arange(0, BR)
+    _compile_rows(tl.program_id(0) * BR, par_ptr, dep_ptr, n_ptr, prefix_ptr, max_depth, mask_ptr, packed_ptr, pos_ptr, fc_ptr,
+                  ns_ptr, N, W, BR, NP, WP)
+
+
+@triton.jit
+def _compile_rows(
+    row0, par_ptr, dep_ptr, n_ptr, prefix_ptr, max_depth, mask_ptr, packed_ptr, pos_ptr, fc_ptr, ns_ptr, N, W,
+    BR: tl.constexpr, NP: tl.constexpr, WP: tl.constexpr,
+):
+    """Rows row0 .. row0 + BR - 1 of the compiled tree (one program's share)."""
+    rows = row0 + tl.arange(0, BR)
     cols = tl.arange(0, NP)
     words = tl.arange(0, WP)
     n = tl.load(n_ptr).to(tl.int32)

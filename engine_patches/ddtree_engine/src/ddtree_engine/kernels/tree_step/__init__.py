@@ -33,6 +33,10 @@ class TreeStep:
         spine_depth: reserve the top-1 chain down to this depth first.
         build_method: the build kernel's selection, "serial" (the heap, pop by pop) or "levels"
             (tree_build/kernel.py: the same trees level by level; spines are built serially).
+        fused: run `build` as one kernel launch (tree_step/kernel.py: top-K, build and compile in
+            the programs that finish last) instead of four; the same arrays.
+        topk_block: tokens per program of the top-K's first pass (a power of two; tests make it
+            small so small vocabularies still take several blocks a row).
     """
 
     def __init__(
@@ -44,6 +48,8 @@ class TreeStep:
         device: torch.device | str,
         spine_depth: int = 0,
         build_method: str = "serial",
+        fused: bool = False,
+        topk_block: int = 4096,
     ):
         if depths < 1 or budget < 0 or topk < 1:
             raise ValueError(f"expected L >= 1, budget >= 0, topk >= 1, got L {depths}, budget {budget}, topk {topk}")
@@ -75,6 +81,10 @@ class TreeStep:
             *(torch.empty(n, **long) for _ in range(3)),
         )
         self.walked = (torch.empty(n, **long), torch.empty(n, **long), torch.empty(1, **long), torch.empty(1, **long))
+        self.topk_block = topk_block
+        self.fused = None
+        if fused and self.k > 0:
+            self.fused = kernel_module(__name__).FusedBuild(self, block=topk_block)
 
     @property
     def num_rows(self) -> int:
@@ -93,8 +103,11 @@ class TreeStep:
         if self.k == 0:
             for buf, val in zip(self.tree, root_only(root)):
                 buf.copy_(val)
+        elif self.fused is not None:
+            self.fused(draft_logits, root, prefix_len)
+            return
         else:
-            self.topk_kernel.topk_logprobs(draft_logits, self.k, out=(self.vals, self.ids))
+            self.topk_kernel.topk_logprobs(draft_logits, self.k, block=self.topk_block, out=(self.vals, self.ids))
             self.build_kernel.build_tree_arrays(
                 self.vals, self.ids, self.budget, root, self.spine_depth, out=self.tree, method=self.build_method
             )

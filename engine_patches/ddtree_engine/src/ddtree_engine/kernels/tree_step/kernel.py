@@ -1,0 +1,109 @@
+"""Triton kernel: top-K, tree build and compile of one DDTree step in one launch.
+
+`TreeStep(fused=True)` runs its `build` as this one kernel instead of four (top-K's two passes,
+the build, the compile): in a CUDA graph every launch costs its start and drain, and at budget 15
+the four kernels' own work is a few microseconds each, so the launches were most of the step.
+
+Grid (L rows, ceil(V / BLOCK) blocks), as top-K's first pass. Each program does its block
+(topk_logprobs `_chunk_keys`), then counts itself done on its row's counter (an acq_rel atomic
+after a barrier: its stores are visible to whoever counts after it); the program that finishes
+a row last merges it (`_merge_row`, loads that bypass L1), then counts the row done; the program
+that finishes the last row builds the tree (tree_build's `_build_tree` or `_build_tree_levels`)
+and compiles it (tree_mask's `_compile_rows`, block by block). Each last program puts its counter
+back to 0, so the next launch (a graph replay) starts from zeros. Nobody waits on anybody: the
+programs that are not last just end. Under TRITON_INTERPRET=1 the programs run one after another,
+so the last of each row is its last block and the same code paths run.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..topk_logprobs.kernel import _check, _chunk_keys, _merge_row
+from ..tree_build.kernel import _build_tree, _build_tree_levels
+from ..tree_mask.kernel import _compile_rows
+
+
+@triton.jit
+def _fused_build(
+    logits_ptr, stride_row, V, NCHUNK, keys_ptr, max_ptr, sum_ptr, count_ptr, vals_ptr, ids_ptr,
+    root_ptr, L, spine, ws_ptr, ws_score_ptr, tok_ptr, par_ptr, dep_ptr, rank_ptr, score_ptr, n_ptr,
+    prefix_ptr, max_depth, mask_ptr, packed_ptr, pos_ptr, fc_ptr, ns_ptr, N, W,
+    K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr, CP: tl.constexpr,
+    BUDGET: tl.constexpr, B: tl.constexpr, NB: tl.constexpr, NP: tl.constexpr, COLS: tl.constexpr,
+    LEVELS: tl.constexpr, LOGB: tl.constexpr, BR: tl.constexpr, WP: tl.constexpr,
+):
+    row = tl.program_id(0)
+    _chunk_keys(logits_ptr, stride_row, V, NCHUNK, keys_ptr, max_ptr, sum_ptr, row, tl.program_id(1), K, KP, BLOCK)
+    tl.debug_barrier()
+    blocks_done = tl.atomic_add(count_ptr + row, 1, sem="acq_rel")
+    if blocks_done == NCHUNK - 1:
+        tl.store(count_ptr + row, 0)
+        _merge_row(keys_ptr, max_ptr, sum_ptr, NCHUNK, vals_ptr, ids_ptr, row, K, KP, CP)
+        tl.debug_barrier()
+        rows_done = tl.atomic_add(count_ptr + L, 1, sem="acq_rel")
+        if rows_done == L - 1:
+            tl.store(count_ptr + L, 0)
+            if LEVELS:
+                _build_tree_levels(vals_ptr, ids_ptr, root_ptr, L, ws_ptr, ws_score_ptr, tok_ptr, par_ptr, dep_ptr,
+                                   rank_ptr, score_ptr, n_ptr, BUDGET, K, KP, B, NB, NP, COLS, LOGB)
+            else:
+                _build_tree(vals_ptr, ids_ptr, root_ptr, L, spine, ws_ptr, ws_score_ptr, tok_ptr, par_ptr, dep_ptr,
+                            rank_ptr, score_ptr, n_ptr, BUDGET, K, B, NB, NP, COLS)
+            tl.debug_barrier()
+            for row0 in range(0, N, BR):
+                _compile_rows(row0, par_ptr, dep_ptr, n_ptr, prefix_ptr, max_depth, mask_ptr, packed_ptr, pos_ptr,
+                              fc_ptr, ns_ptr, N, W, BR, NP, WP)
+
+
+class FusedBuild:
+    """The workspaces of one step shape and the launch of `_fused_build` into a TreeStep's buffers.
+
+    Args:
+        step: the TreeStep (its L, V, budget, K, spine, build method and output buffers).
+        block: tokens per program of the top-K pass (a power of two).
+        num_warps: warps of every program (the last one builds and compiles with the same warps).
+    """
+
+    def __init__(self, step, block: int = 4096, num_warps: int = 4):
+        from ..tree_build.kernel import rank_bits
+
+        if block < 1 or block & (block - 1):
+            raise ValueError(f"expected block a power of two, got block {block}")
+        self.step, self.num_warps = step, num_warps
+        depths, vocab, k, budget, device = step.depths, step.vocab, step.k, step.budget, step.device
+        self.block = min(block, triton.next_power_of_2(vocab))
+        self.nchunk = triton.cdiv(vocab, self.block)
+        kp = triton.next_power_of_2(k)
+        self.keys = torch.empty(depths, self.nchunk, kp, dtype=torch.int64, device=device)
+        self.maxes = torch.empty(depths, self.nchunk, dtype=torch.float32, device=device)
+        self.sums = torch.empty(depths, self.nchunk, dtype=torch.float64, device=device)
+        # Zero once; every launch leaves them at zero again.
+        self.counts = torch.zeros(depths + 1, dtype=torch.int32, device=device)
+        nb = triton.next_power_of_2(budget)
+        self.ws = torch.empty(5 * nb, dtype=torch.int64, device=device)
+        self.ws_score = torch.empty(4 * nb, dtype=torch.float64, device=device)
+        n_out = budget + 1
+        words = triton.cdiv(n_out, 32)
+        self.levels = step.build_method == "levels" and step.spine_depth == 0
+        self.spine = min(step.spine_depth, depths, budget)
+        self.shape = dict(
+            K=k, KP=kp, BLOCK=self.block, CP=triton.next_power_of_2(self.nchunk), BUDGET=budget, B=rank_bits(k), NB=nb,
+            NP=triton.next_power_of_2(n_out), COLS=min(nb, 16), LEVELS=self.levels, LOGB=nb.bit_length(),
+            BR=min(16, triton.next_power_of_2(n_out)), WP=triton.next_power_of_2(words),
+        )
+        self.n_out, self.words = n_out, words
+
+    def __call__(self, draft_logits: torch.Tensor, root: torch.Tensor, prefix_len: torch.Tensor) -> None:
+        step = self.step
+        _check(draft_logits, step.k)
+        if draft_logits.stride(1) != 1:
+            draft_logits = draft_logits.contiguous()
+        _fused_build[(step.depths, self.nchunk)](
+            draft_logits, draft_logits.stride(0), step.vocab, self.nchunk, self.keys, self.maxes, self.sums, self.counts,
+            step.vals, step.ids, root, step.depths, self.spine, self.ws, self.ws_score, *step.tree,
+            prefix_len, step.depths, *step.compiled, self.n_out, self.words,
+            **self.shape, num_warps=self.num_warps,
+        )
