@@ -211,7 +211,7 @@ def main() -> None:
                 f"({us / argmax_graph_us:.2f}x the graphed argmax), today / graph {today_us / us:.1f}x, serial step / it "
                 f"{graph_us / us:.2f}x" + ("" if matches else "  MISMATCH vs the serial step")
             )
-    topk = topk_rows(logits, bench, argmax_us, argmax_graph_us)
+    topk_table = topk_rows(logits, bench, argmax_us, argmax_graph_us)
     # Where the kernel time goes at each budget (one stage at a time, eager launches, GPU time).
     stages = {}
     for budget, topk in BUDGETS:
@@ -273,7 +273,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"bench_tree_step_{time.strftime('%Y%m%d_%H%M%S')}.json"
-    path.write_text(json.dumps({"info": info, "rows": rows, "topk": topk, "stages": stages, "build_warps": build_warps,
+    path.write_text(json.dumps({"info": info, "rows": rows, "topk": topk_table, "stages": stages, "build_warps": build_warps,
                                            "build_levels": build_levels}, indent=2))
     print(f"# raw JSON: {path}")
 

@@ -27,8 +27,14 @@ children worth ranking (one G leaves out is beaten by `budget` shallower nodes, 
 descendants), and once a level adds nothing to G the deeper ones are skipped. The layout is the
 serial kernel's, on keys packed while the levels grow (depth, then the rank path with the root side
 most significant). Equal to the reference on every tree shape and at the real budgets
-(tests/ddtree_engine/kernels/test_tree_build.py); not yet timed on the H200, so "serial" stays the
-default.
+(tests/ddtree_engine/kernels/test_tree_build.py and, on the H200, -k "real or more_warps").
+
+Measured on the H200 (benchmarks/bench_tree_step.py, 2026-12-02, build alone in a CUDA graph): on random
+logits, whose trees are shallow (budget 256: 3 deep), levels at 8 warps is 1.16x the serial build at
+budget 64 and 1.19x at 256 (110.5 against 131.0 us); on peaked logits (one token per depth far ahead, the
+shape a confident drafter gives: 15 deep) it is 3-4x slower at every budget (budget 256: 412.8 against
+134.2 us), since each level is a round of searches whatever it adds. A drafter's trees are deep, so
+"serial" stays the default.
 """
 
 from __future__ import annotations
@@ -357,7 +363,7 @@ def build_tree_arrays(
         num_warps: warps of the single program; None takes `default_warps(budget)`.
         method: "serial", the heap replayed pop by pop (`budget` steps), or "levels", the same choice
             level by level (`_build_tree_levels`: L - 1 merges of ranked candidates, no spine; with
-            spine_depth > 0 it builds "serial"). Not yet measured on the H200, so not the default.
+            spine_depth > 0 it builds "serial"). Faster on shallow trees only (module docstring), so not the default.
 
     Returns:
         (tokens, parents, depths, ranks [N] int64, scores [N] float64, num_nodes [1] int64),
