@@ -201,10 +201,8 @@ sig = {"vals_ptr": "*fp64", "ids_ptr": "*i64", "root_ptr": "*i64", "L": "i32", "
        "ws_score_ptr": "*fp64", "tok_ptr": "*i64", "par_ptr": "*i64", "dep_ptr": "*i64", "rank_ptr": "*i64",
        "score_ptr": "*fp64", "n_ptr": "*i64"}
 for budget, topk in ((15, 8), (256, 8), (100, 16)):
-    nb = triton.next_power_of_2(budget)
-    shape = dict(BUDGET=budget, K=topk, B=k.rank_bits(topk), NB=nb, NP=triton.next_power_of_2(budget + 1), COLS=min(nb, 16))
-    for fn, extra, skip in ((k._build_tree, {}, ()), (k._build_tree_levels, dict(KP=triton.next_power_of_2(topk), LOGB=nb.bit_length()), ("spine",))):
-        consts = {**shape, **extra}
+    for fn, levels, skip in ((k._build_tree, False, ()), (k._build_tree_levels, True, ("spine",))):
+        consts = k.launch_constants(budget, topk, levels)
         params = {n: t for n, t in sig.items() if n not in skip}
         src = ASTSource(fn=fn, signature={**params, **{c: "constexpr" for c in consts}}, constexprs=consts)
         ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": k.default_warps(budget)}).asm["ptx"]

@@ -34,6 +34,11 @@ WALKED = ("path", "emitted", "commit_len", "bonus")
 METHODS = ["serial", "levels", "fused serial", "fused levels"]
 
 
+def _variant(method):
+    """TreeStep's keyword arguments for one of METHODS."""
+    return dict(build_method=method.split()[-1], fused="fused" in method)
+
+
 def _logits(depths, vocab, seed, dtype=torch.float32, tied=False):
     g = torch.Generator().manual_seed(seed)
     if tied:
@@ -76,8 +81,7 @@ def _run_step(depths, vocab, budget, topk, spine, logits, root, prefix, seed, me
     want_tree, _, _ = reference_step(logits, budget, topk, root, prefix, None, spine)
     choices = _deep_choices(want_tree, seed)
     want = reference_step(logits, budget, topk, root, prefix, choices, spine)
-    step = TreeStep(depths, vocab, budget, topk, DEVICE, spine, build_method=method.split()[-1], fused="fused" in method,
-                    topk_block=block)
+    step = TreeStep(depths, vocab, budget, topk, DEVICE, spine, topk_block=block, **_variant(method))
     step.build(logits.to(DEVICE), torch.tensor([root], device=DEVICE), torch.tensor([prefix], device=DEVICE))
     step.walk(choices.to(DEVICE))
     return step, want
@@ -173,7 +177,7 @@ def test_the_step_replays_in_a_cuda_graph(budget, topk, spine, method):
     """Capture build + walk once; replay on new logits, root, prefix and choices copied into the
     static inputs; every replay equals the reference step on those inputs."""
     depths, vocab = 15, 151_936
-    step = TreeStep(depths, vocab, budget, topk, "cuda", spine, build_method=method.split()[-1], fused="fused" in method)
+    step = TreeStep(depths, vocab, budget, topk, "cuda", spine, **_variant(method))
     logits = torch.zeros(depths, vocab, dtype=torch.bfloat16, device="cuda")
     root = torch.zeros(1, dtype=torch.long, device="cuda")
     prefix = torch.zeros(1, dtype=torch.long, device="cuda")
@@ -220,7 +224,7 @@ def test_the_fused_build_runs_again_on_new_logits(method):
     its last programs again and builds the new logits' tree, and it reads only its own launch's
     blocks: a step built on other logits first gives the same arrays as a fresh one."""
     depths, vocab, budget, topk = 5, 3000, 12, 4
-    step = TreeStep(depths, vocab, budget, topk, DEVICE, build_method=method.split()[-1], fused=True, topk_block=512)
+    step = TreeStep(depths, vocab, budget, topk, DEVICE, topk_block=512, **_variant(method))
     assert step.fused.nchunk > 1, "the test needs several blocks a row"
     root, prefix = torch.tensor([7], device=DEVICE), torch.tensor([30], device=DEVICE)
     for seed in (5, 6, 7):
@@ -242,7 +246,9 @@ COMPILE_FUSED_FOR_SM90 = r"""
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from ddtree_engine.kernels.tree_build.kernel import rank_bits
+from ddtree_engine.kernels.topk_logprobs import kernel as topk_kernel
+from ddtree_engine.kernels.tree_build import kernel as build_kernel
+from ddtree_engine.kernels.tree_mask import kernel as mask_kernel
 from ddtree_engine.kernels.tree_step import kernel as k
 
 i64, i32 = "*i64", "i32"
@@ -252,10 +258,9 @@ sig = {"logits_ptr": "*bf16", "stride_row": i32, "V": i32, "NCHUNK": i32, "keys_
        "score_ptr": "*fp64", "n_ptr": i64, "prefix_ptr": i64, "max_depth": i32, "mask_ptr": "*i1", "packed_ptr": "*i32",
        "pos_ptr": i64, "fc_ptr": i64, "ns_ptr": i64, "N": i32, "W": i32}
 for budget, topk, levels in ((15, 8, False), (15, 8, True), (256, 8, True)):
-    nb, np_ = triton.next_power_of_2(budget), triton.next_power_of_2(budget + 1)
-    consts = dict(K=topk, KP=triton.next_power_of_2(topk), BLOCK=4096, CP=64, BUDGET=budget, B=rank_bits(topk), NB=nb, NP=np_,
-                  COLS=min(nb, 16), LEVELS=levels, LOGB=nb.bit_length(), BR=min(16, np_),
-                  WP=triton.next_power_of_2(triton.cdiv(budget + 1, 32)))
+    # The constants FusedBuild launches with at V = 151,936.
+    consts = {**topk_kernel.first_pass_constants(151_936, topk, 4096), **build_kernel.launch_constants(budget, topk, True),
+              **mask_kernel.launch_constants(budget + 1), "LEVELS": levels}
     src = ASTSource(fn=k._fused_build, signature={**sig, **{c: "constexpr" for c in consts}}, constexprs=consts)
     ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4}).asm["ptx"]
     print("fused", budget, topk, levels, ".target sm_90" in ptx, "atom.global.gpu.acq_rel.add" in ptx)

@@ -174,24 +174,39 @@ def topk_logprobs(
         (logprobs [L, k] float64, token_ids [L, k] int64): ties to the lower token id.
     """
     rows, vocab = _check(draft_logits, k)
-    if block < 1 or block & (block - 1):
-        raise ValueError(f"expected block a power of two, got block {block}")
-    if draft_logits.stride(1) != 1:
-        draft_logits = draft_logits.contiguous()
-    device = draft_logits.device
+    consts = first_pass_constants(vocab, k, block)
+    draft_logits = rows_contiguous(draft_logits)
     out = _outputs(draft_logits, k, out)
     if rows == 0:
         return out
-    block = min(block, triton.next_power_of_2(vocab))
-    nchunk = triton.cdiv(vocab, block)
-    kp = triton.next_power_of_2(k)
-    keys = torch.empty(rows, nchunk, kp, dtype=torch.int64, device=device)
-    maxes = torch.empty(rows, nchunk, dtype=torch.float32, device=device)
-    sums = torch.empty(rows, nchunk, dtype=torch.float64, device=device)
+    nchunk = triton.cdiv(vocab, consts["BLOCK"])
+    keys, maxes, sums = first_pass_buffers(rows, nchunk, consts["KP"], draft_logits.device)
     _chunk_topk[(rows, nchunk)](
-        draft_logits, draft_logits.stride(0), vocab, nchunk, keys, maxes, sums, K=k, KP=kp, BLOCK=block, num_warps=4
+        draft_logits, draft_logits.stride(0), vocab, nchunk, keys, maxes, sums, K=k, KP=consts["KP"], BLOCK=consts["BLOCK"],
+        num_warps=4,
     )
-    _merge_topk[(rows,)](
-        keys, maxes, sums, nchunk, out[0], out[1], K=k, KP=kp, CP=triton.next_power_of_2(nchunk), num_warps=4
-    )
+    _merge_topk[(rows,)](keys, maxes, sums, nchunk, out[0], out[1], K=k, KP=consts["KP"], CP=consts["CP"], num_warps=4)
     return out
+
+
+def first_pass_constants(vocab: int, k: int, block: int) -> dict:
+    """K, KP, BLOCK (`block`, a power of two, capped at V's next power of two) and CP (the blocks a row,
+    to a power of two) of the two passes; tree_step's one-launch kernel takes the same."""
+    if block < 1 or block & (block - 1):
+        raise ValueError(f"expected block a power of two, got block {block}")
+    block = min(block, triton.next_power_of_2(vocab))
+    return dict(K=k, KP=triton.next_power_of_2(k), BLOCK=block, CP=triton.next_power_of_2(triton.cdiv(vocab, block)))
+
+
+def first_pass_buffers(rows: int, nchunk: int, kp: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each block's K best keys, max and sum of exponentials, what the first pass hands the merge."""
+    return (
+        torch.empty(rows, nchunk, kp, dtype=torch.int64, device=device),
+        torch.empty(rows, nchunk, dtype=torch.float32, device=device),
+        torch.empty(rows, nchunk, dtype=torch.float64, device=device),
+    )
+
+
+def rows_contiguous(draft_logits: torch.Tensor) -> torch.Tensor:
+    """`draft_logits` with stride 1 along V (the kernels index a row as one run of V values)."""
+    return draft_logits if draft_logits.stride(1) == 1 else draft_logits.contiguous()

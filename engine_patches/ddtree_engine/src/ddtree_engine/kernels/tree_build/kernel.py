@@ -390,17 +390,32 @@ def build_tree_arrays(
             torch.empty(n_out, dtype=torch.float64, device=device),
             torch.empty(1, dtype=torch.int64, device=device),
         )
-    nb = triton.next_power_of_2(budget)
     spine = min(spine_depth, depths, budget)
+    levels = method == "levels" and spine == 0
     inputs = (vals.contiguous(), ids.contiguous(), root.to(torch.int64), depths)
-    shape = dict(BUDGET=budget, K=k, B=rank_bits(k), NB=nb, NP=triton.next_power_of_2(n_out), COLS=min(nb, 16),
-                 num_warps=num_warps or default_warps(budget))
-    if method == "levels" and spine == 0:
-        ws = torch.empty(4 * nb, dtype=torch.int64, device=device)
-        ws_score = torch.empty(4 * nb, dtype=torch.float64, device=device)
-        _build_tree_levels[(1,)](*inputs, ws, ws_score, *out, KP=triton.next_power_of_2(k), LOGB=nb.bit_length(), **shape)
-        return out
-    ws = torch.empty(5 * nb, dtype=torch.int64, device=device)
-    ws_score = torch.empty(nb, dtype=torch.float64, device=device)
-    _build_tree[(1,)](*inputs, spine, ws, ws_score, *out, **shape)
+    shape = dict(launch_constants(budget, k, levels), num_warps=num_warps or default_warps(budget))
+    ws, ws_score = workspaces(budget, levels, device)
+    if levels:
+        _build_tree_levels[(1,)](*inputs, ws, ws_score, *out, **shape)
+    else:
+        _build_tree[(1,)](*inputs, spine, ws, ws_score, *out, **shape)
     return out
+
+
+def launch_constants(budget: int, k: int, levels: bool) -> dict:
+    """The build kernels' constexprs at (budget, K): `_build_tree`'s, and with `levels` the two
+    `_build_tree_levels` adds (KP, LOGB). tree_step's one-launch kernel takes the same."""
+    nb = triton.next_power_of_2(budget)
+    consts = dict(BUDGET=budget, K=k, B=rank_bits(k), NB=nb, NP=triton.next_power_of_2(budget + 1), COLS=min(nb, 16))
+    if levels:
+        consts.update(KP=triton.next_power_of_2(k), LOGB=nb.bit_length())
+    return consts
+
+
+def workspaces(budget: int, levels: bool, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The build's global workspace (int64, float64): the serial heap's chosen nodes, layout keys and
+    places (5 x NB) and scores (NB), or the levels build's two levels and two best sets (4 x NB each)."""
+    nb = triton.next_power_of_2(budget)
+    if levels:
+        return torch.empty(4 * nb, dtype=torch.int64, device=device), torch.empty(4 * nb, dtype=torch.float64, device=device)
+    return torch.empty(5 * nb, dtype=torch.int64, device=device), torch.empty(nb, dtype=torch.float64, device=device)

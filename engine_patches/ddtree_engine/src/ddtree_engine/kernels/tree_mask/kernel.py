@@ -114,22 +114,18 @@ def compile_tree_arrays(
             torch.empty(n_out, **long),
             torch.empty(n_out, **long),
         )
-    br = min(rows_per_program, triton.next_power_of_2(n_out))
-    _compile_tree[(triton.cdiv(n_out, br),)](
-        parents,
-        depths,
-        num_nodes,
-        prefix_len,
-        max_depth,
-        *out,
-        n_out,
-        words,
-        BR=br,
-        NP=triton.next_power_of_2(n_out),
-        WP=triton.next_power_of_2(words),
-        num_warps=4,
+    consts = launch_constants(n_out, rows_per_program)
+    _compile_tree[(triton.cdiv(n_out, consts["BR"]),)](
+        parents, depths, num_nodes, prefix_len, max_depth, *out, n_out, words, **consts, num_warps=4
     )
     return out
+
+
+def launch_constants(n_out: int, rows_per_program: int = 16) -> dict:
+    """BR (rows a program compiles, a power of two up to N's), NP (N to a power of two) and WP (the
+    packed mask's words a row, to a power of two); tree_step's one-launch kernel takes the same."""
+    return dict(BR=min(rows_per_program, triton.next_power_of_2(n_out)), NP=triton.next_power_of_2(n_out),
+                WP=triton.next_power_of_2(triton.cdiv(n_out, 32)))
 
 
 @triton.jit

@@ -30,8 +30,11 @@ import torch
 import triton
 import triton.language as tl
 
-from ..topk_logprobs.kernel import _check, _chunk_keys, _merge_row
+from ..topk_logprobs import kernel as topk_kernel
+from ..topk_logprobs.kernel import _chunk_keys, _merge_row
+from ..tree_build import kernel as build_kernel
 from ..tree_build.kernel import _build_tree, _build_tree_levels
+from ..tree_mask import kernel as mask_kernel
 from ..tree_mask.kernel import _compile_rows
 
 
@@ -77,42 +80,29 @@ class FusedBuild:
     """
 
     def __init__(self, step, block: int = 4096, num_warps: int = 4):
-        from ..tree_build.kernel import rank_bits
-
-        if block < 1 or block & (block - 1):
-            raise ValueError(f"expected block a power of two, got block {block}")
         self.step, self.num_warps = step, num_warps
-        depths, vocab, k, budget, device = step.depths, step.vocab, step.k, step.budget, step.device
-        self.block = min(block, triton.next_power_of_2(vocab))
-        self.nchunk = triton.cdiv(vocab, self.block)
-        kp = triton.next_power_of_2(k)
-        self.keys = torch.empty(depths, self.nchunk, kp, dtype=torch.int64, device=device)
-        self.maxes = torch.empty(depths, self.nchunk, dtype=torch.float32, device=device)
-        self.sums = torch.empty(depths, self.nchunk, dtype=torch.float64, device=device)
+        depths, budget, device = step.depths, step.budget, step.device
+        topk_consts = topk_kernel.first_pass_constants(step.vocab, step.k, block)
+        self.nchunk = triton.cdiv(step.vocab, topk_consts["BLOCK"])
+        self.keys, self.maxes, self.sums = topk_kernel.first_pass_buffers(depths, self.nchunk, topk_consts["KP"], device)
         # Zero once; every launch leaves them at zero again.
         self.counts = torch.zeros(depths + 1, dtype=torch.int32, device=device)
-        nb = triton.next_power_of_2(budget)
-        self.ws = torch.empty(5 * nb, dtype=torch.int64, device=device)
-        self.ws_score = torch.empty(4 * nb, dtype=torch.float64, device=device)
-        n_out = budget + 1
-        words = triton.cdiv(n_out, 32)
         self.levels = step.build_method == "levels" and step.spine_depth == 0
         self.spine = min(step.spine_depth, depths, budget)
-        self.shape = dict(
-            K=k, KP=kp, BLOCK=self.block, CP=triton.next_power_of_2(self.nchunk), BUDGET=budget, B=rank_bits(k), NB=nb,
-            NP=triton.next_power_of_2(n_out), COLS=min(nb, 16), LEVELS=self.levels, LOGB=nb.bit_length(),
-            BR=min(16, triton.next_power_of_2(n_out)), WP=triton.next_power_of_2(words),
-        )
-        self.n_out, self.words = n_out, words
+        self.ws, self.ws_score = build_kernel.workspaces(budget, self.levels, device)
+        self.n_out = budget + 1
+        # The three kernels' constexprs (KP and NP, named by two of them, are the same values) and
+        # both selections' (the kernel names them all; LEVELS picks one).
+        self.shape = {**topk_consts, **build_kernel.launch_constants(budget, step.k, True),
+                      **mask_kernel.launch_constants(self.n_out), "LEVELS": self.levels}
 
     def __call__(self, draft_logits: torch.Tensor, root: torch.Tensor, prefix_len: torch.Tensor) -> None:
         step = self.step
-        _check(draft_logits, step.k)
-        if draft_logits.stride(1) != 1:
-            draft_logits = draft_logits.contiguous()
+        topk_kernel._check(draft_logits, step.k)
+        draft_logits = topk_kernel.rows_contiguous(draft_logits)
         _fused_build[(step.depths, self.nchunk)](
             draft_logits, draft_logits.stride(0), step.vocab, self.nchunk, self.keys, self.maxes, self.sums, self.counts,
             step.vals, step.ids, root, step.depths, self.spine, self.ws, self.ws_score, *step.tree,
-            prefix_len, step.depths, *step.compiled, self.n_out, self.words,
+            prefix_len, step.depths, *step.compiled, self.n_out, step.compiled[1].shape[1],
             **self.shape, num_warps=self.num_warps,
         )
