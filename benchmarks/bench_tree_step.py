@@ -14,10 +14,12 @@ Rows, over the same [L=15, V=151,936] bf16 draft logits:
 Budgets 15 (topk 8), 22, 64, 256 (topk 8). Ratios printed: kernel graph / argmax (target <=
 1.2), today / kernel graph (target >= 25x at b15, >= 40x at b256), and each against eager.
 
-Then the top-K pass on its own (K = 8, same logits), eager and in a CUDA graph, at 2048 / 4096 /
-8192 tokens per program (4096 is the default), against the argmax, as ratios from this run. Then the
+Then the top-K pass on its own (K = 8, same logits), eager and in a CUDA graph, by tokens per program,
+tokens per group of its group stage (1: none) and warps (4096 / 8 / 4 is the default), against the argmax
+and against the pass without the group stage, as ratios from this run. Then the
 build kernel at budgets 64 and 256 in a CUDA graph with 1, 2, 4 and 8 warps (it takes kernel.default_warps: 1 below budget 128, 4 from it), each checked against the 1-warp tree.
-Each budget's row is followed by the same step with the level-by-level build (TreeStep(build_method=
+Each budget's row is followed by the same step without the top-K's group stage (topk_group=1, the pass
+before it), with the level-by-level build (TreeStep(build_method=
 "levels")), with the one-launch build (TreeStep(fused=True): top-K, build and compile in one kernel)
 and with both, each checked against the serial step and timed in a CUDA graph; last the build alone, serial against levels at 1, 4 and 8 warps, in CUDA graphs.
 
@@ -51,7 +53,10 @@ from ddtree_engine.kernels.tree_step import TreeStep, reference_step  # noqa: E4
 DEPTHS, VOCAB = 15, 151_936
 BUDGETS = [(15, 8), (22, 8), (64, 8), (256, 8)]
 TOPK_K = 8
-TOPK_BLOCKS = [2048, 4096, 8192]
+# (tokens per program, tokens per group, warps) of the top-K pass: first without the group stage, then the
+# default (4096, 8, 4), then the neighbours.
+TOPK_CONFIGS = [(4096, 1, 4), (4096, 8, 4), (4096, 4, 4), (4096, 16, 4), (4096, 32, 4), (2048, 8, 4), (8192, 8, 4),
+                (8192, 16, 8), (4096, 8, 8), (2048, 8, 2), (1024, 8, 1), (2048, 16, 2), (8192, 32, 8)]
 
 
 def _git_revision() -> str:
@@ -96,28 +101,33 @@ def graphed(fn):
 
 
 def topk_rows(logits: torch.Tensor, bench, argmax_us: float, argmax_graph_us: float) -> list[dict]:
-    """The top-K pass alone at 2048/4096/8192 tokens per program (4096 is what TreeStep runs), eager and graphed."""
+    """The top-K pass alone by (tokens per program, tokens per group, warps), eager and graphed; the
+    first row is the pass without its group stage, the second what TreeStep runs."""
     want_vals, want_ids = topk_kernel.topk_logprobs(logits, TOPK_K)
     ref_vals, ref_ids = torch.topk(logits.float(), TOPK_K, dim=-1)  # no tie order: values only
     measured = {}
-    for block in TOPK_BLOCKS:
+    for block, group, warps in TOPK_CONFIGS:
         out = (torch.empty_like(want_vals), torch.empty_like(want_ids))
-        fn = lambda o=out, b=block: topk_kernel.topk_logprobs(logits, TOPK_K, block=b, out=o)  # noqa: E731
+        fn = lambda o=out, b=block, g=group, w=warps: topk_kernel.topk_logprobs(  # noqa: E731
+            logits, TOPK_K, block=b, out=o, group=g, num_warps=w)
         vals, ids = fn()
         # Same ids bit for bit; log-probs within 1e-6 (the sums are grouped differently).
         same = torch.equal(ids, want_ids) and (vals - want_vals).abs().max().item() < 1e-6
         same = same and torch.equal(logits.float().gather(1, ids), ref_vals)
-        measured[f"block {block}"] = {"eager_us": bench(fn), "graph_us": bench(graphed(fn).replay), "same": same}
+        measured[f"{block}/{group}/{warps}w"] = {"block": block, "group": group, "warps": warps, "eager_us": bench(fn),
+                                                 "graph_us": bench(graphed(fn).replay), "same": same}
     rows = []
-    print(f"top-K pass alone, [{DEPTHS}, {VOCAB}] bf16, K = {TOPK_K}, by tokens per program")
-    print(f"{'kernel':>14} {'eager us':>9} {'graph us':>9} {'graph/argmax':>12} {'eager/argmax':>12}")
+    print(f"top-K pass alone, [{DEPTHS}, {VOCAB}] bf16, K = {TOPK_K}, by tokens per program / per group / warps")
+    print(f"{'kernel':>14} {'eager us':>9} {'graph us':>9} {'graph/argmax':>12} {'eager/argmax':>12} {'no groups/it':>12}")
+    plain = measured[f"{TOPK_CONFIGS[0][0]}/1/{TOPK_CONFIGS[0][2]}w"]["graph_us"]
     for name, m in measured.items():
         row = {"kernel": name, **m, "graph_over_argmax_graph": m["graph_us"] / argmax_graph_us,
-               "eager_over_argmax": m["eager_us"] / argmax_us}  # fmt: skip
+               "eager_over_argmax": m["eager_us"] / argmax_us, "no_groups_over_graph": plain / m["graph_us"]}  # fmt: skip
         rows.append(row)
         print(
             f"{name:>14} {m['eager_us']:>9.1f} {m['graph_us']:>9.1f} {row['graph_over_argmax_graph']:>12.2f} "
-            f"{row['eager_over_argmax']:>12.2f}" + ("" if m["same"] else "  MISMATCH vs block 4096 / torch.topk")
+            f"{row['eager_over_argmax']:>12.2f} {row['no_groups_over_graph']:>11.2f}x"
+            + ("" if m["same"] else "  MISMATCH vs the default / torch.topk")
         )
     return rows
 
@@ -191,8 +201,9 @@ def main() -> None:
         # The same step with the level-by-level build (tree_build kernel, method "levels") and with the
         # one-launch build (TreeStep(fused=True): top-K, build and compile in one kernel), each checked
         # against the serial step's arrays and timed in a CUDA graph.
-        for name, method, fused in (("levels", "levels", False), ("fused", "serial", True), ("fused levels", "levels", True)):
-            other = TreeStep(DEPTHS, VOCAB, budget, topk, device, build_method=method, fused=fused)
+        for name, method, fused, group in (("no top-K groups", "serial", False, 1), ("levels", "levels", False, None),
+                                           ("fused", "serial", True, None), ("fused levels", "levels", True, None)):
+            other = TreeStep(DEPTHS, VOCAB, budget, topk, device, build_method=method, fused=fused, topk_group=group)
 
             def eager_other(step=other, choices=choices):
                 step.build(logits, root, prefix)
@@ -203,7 +214,7 @@ def main() -> None:
             matches = all(torch.equal(a, b) for a, b in zip(other.tree + other.compiled + other.walked,
                                                             step.tree + step.compiled + step.walked))
             us = bench(graphed(eager_other).replay)
-            key = name.replace(" ", "_")
+            key = name.replace(" ", "_").replace("-", "").lower()
             row.update({f"{key}_matches_serial": matches, f"kernel_graph_{key}_us": us, f"graph_{key}_over_argmax": us / argmax_us,
                         f"today_over_graph_{key}": today_us / us})
             print(

@@ -102,10 +102,29 @@ BLOCK_CASES = {  # name: (logits, k, block): ceil(V / block) programs per row, t
 }
 
 
+@pytest.mark.parametrize("group", [1, 2, 8])
 @pytest.mark.parametrize("name", list(BLOCK_CASES))
-def test_block_borders_do_not_change_the_result(name):
+def test_block_borders_do_not_change_the_result(name, group):
+    # group 1: K rounds over the whole block; 2 and 8 (the default): the group stage first.
     logits, k, block = BLOCK_CASES[name]
-    _compare(name, logits, k, block=block)
+    _compare(name, logits, k, block=block, group=group)
+
+
+GROUP_CASES = {  # name: (logits, k, block, group): the group stage's own borders
+    "the best K in one group": (torch.arange(600.0).repeat(2, 1).flip(1) / 10, 8, 64, 16),
+    "ties across groups, first group wins": (_tied(2, 512, 23), 8, 256, 4),
+    "one group a block": (_logits(2, 700, 24), 8, 64, 64),
+    "more groups chosen than exist": (_logits(2, 300, 25), 16, 32, 8),
+    "a group straddles V": (_logits(2, 1000 + 3, 26), 8, 512, 32),
+    "ties at group borders, k = 16": (_border_ties(640, 16), 16, 128, 16),
+    "every group at -inf but one token": (_masked(2, 300, 27).roll(150, dims=1), 8, 128, 8),
+}
+
+
+@pytest.mark.parametrize("name", list(GROUP_CASES))
+def test_groups_do_not_change_the_result(name):
+    logits, k, block, group = GROUP_CASES[name]
+    _compare(name, logits, k, block=block, group=group)
 
 
 def test_real_vocabulary_in_one_pass():
@@ -140,6 +159,8 @@ def test_bad_inputs_are_refused():
         kernel.topk_logprobs(torch.zeros(2, 5, device=DEVICE), 2, block=0)
     with pytest.raises(ValueError, match="got block 48"):
         kernel.topk_logprobs(torch.zeros(2, 5, device=DEVICE), 2, block=48)
+    with pytest.raises(ValueError, match="expected group a power of two, got group 3"):
+        kernel.topk_logprobs(torch.zeros(2, 5, device=DEVICE), 2, group=3)
 
 
 def test_dispatch_takes_the_reference_on_cpu_unless_forced(monkeypatch):
@@ -175,7 +196,10 @@ def test_the_engine_does_not_import_triton_on_the_cpu_path():
     "depths,vocab,k,dtype",
     [(15, 151_936, 8, torch.bfloat16), (16, 262_144, 8, torch.float32), (15, 151_936, 1, torch.bfloat16), (7, 32_000, 16, torch.float16)],
 )
-def test_real_sizes_on_the_gpu(depths, vocab, k, dtype):
-    _compare(f"L={depths} V={vocab} k={k} {dtype}", _logits(depths, vocab, 12, dtype), k)
-    _compare(f"tied L={depths} V={vocab}", _tied(depths, vocab, 13).to(dtype), k)
-    _compare(f"border ties L={depths} V={vocab}", _border_ties(vocab, 4096, depths).to(dtype), k)
+@pytest.mark.parametrize("group", [1, 8, 32])
+def test_real_sizes_on_the_gpu(depths, vocab, k, dtype, group):
+    _compare(f"L={depths} V={vocab} k={k} {dtype}", _logits(depths, vocab, 12, dtype), k, group=group)
+    _compare(f"tied L={depths} V={vocab}", _tied(depths, vocab, 13).to(dtype), k, group=group)
+    _compare(f"border ties L={depths} V={vocab}", _border_ties(vocab, 4096, depths).to(dtype), k, group=group)
+    if group > 1:
+        _compare(f"group border ties L={depths} V={vocab}", _border_ties(vocab, group, depths).to(dtype), k, group=group)

@@ -7,15 +7,19 @@ Two launches, both over fixed shapes (`topk_logprobs`):
   and writes the block's max, its sum of exp(x - max) (fp64), and its K best tokens as 64-bit
   keys. A key is the logit's bits mapped to an order-preserving integer in the high half and
   (2^31 - 1 - token id) in the low half, so one integer max picks the largest logit and, among
-  equal logits, the lowest id: the reference's stable-sort ties. K rounds of "max, then drop it".
+  equal logits, the lowest id: the reference's stable-sort ties. K rounds of "max, then drop it",
+  after a group stage (`_chunk_keys`, GROUP = 8): the block's groups of 8 tokens ranked by their
+  best key, K rounds over the BLOCK / 8 group keys, then K rounds over the 8 tokens of each of the
+  K groups chosen (the K best tokens lie in them), so a round reduces 512 keys, not 4,096.
 - `_merge_topk`: one program per row merges the blocks: logsumexp = M + log(sum_c s_c *
   exp(m_c - M)), and the K best of the blocks' keys, decoded back to (logit, id). Log-probs are
   written in fp64 as (x - M) - log(S), so equal logits in a row give bit-equal log-probs.
 
-Measured on the H200 (benchmarks/bench_tree_step.py, [15, 151,936] bf16, K = 8, 2026-12-01): 24.8 us
-in a CUDA graph, 1.5x the argmax over the same logits. A split variant (S programs per row, each
-looping over tiles, keeping its K best online) took 48.8-54.6 us at S = 16/32/64 in the same run
-and was removed.
+Measured on the H200 (benchmarks/bench_tree_step.py, [15, 151,936] bf16, K = 8, 2026-12-02 21:37): the
+pass in a CUDA graph 17.6 us with the group stage against 26.2 without it (1.48x, same run; the
+first pass alone 8.6 against 16.2 us in a profile); groups of 16 or 32 tokens 17.8-17.9, of 4 18.7. A split
+variant (S programs per row, each looping over tiles, keeping its K best online) took 48.8-54.6 us
+at S = 16/32/64 (2026-12-01) and was removed.
 
 Precision: the exponentials and the final log are fp32, the sums fp64, so log-probs agree with
 the float64 reference to about 1e-7; ids agree exactly (distinct fp32 logits give distinct float64
@@ -35,6 +39,8 @@ _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # ln 2 split so both halves are exact fp32 constants (Triton makes Python floats fp32).
 _LN2_HI = tl.constexpr(0.693145751953125)
 _LN2_LO = tl.constexpr(1.428606765330187e-06)
+# Tokens per group of the first pass's group stage (`_chunk_keys`); 1 turns the stage off.
+DEFAULT_GROUP = 8
 
 
 @triton.jit
@@ -49,28 +55,58 @@ def _chunk_topk(
     K: tl.constexpr,
     KP: tl.constexpr,
     BLOCK: tl.constexpr,
+    GROUP: tl.constexpr,
 ):
-    _chunk_keys(logits_ptr, stride_row, V, NCHUNK, keys_ptr, max_ptr, sum_ptr, tl.program_id(0), tl.program_id(1), K, KP, BLOCK)
+    _chunk_keys(logits_ptr, stride_row, V, NCHUNK, keys_ptr, max_ptr, sum_ptr, tl.program_id(0), tl.program_id(1), K, KP, BLOCK,
+                GROUP)
 
 
 @triton.jit
 def _chunk_keys(
     logits_ptr, stride_row, V, NCHUNK, keys_ptr, max_ptr, sum_ptr, row, chunk,
-    K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr,
+    K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr, GROUP: tl.constexpr,
 ):
-    """One block of one row: its max, sum of exp(x - max) and K best keys (the first pass)."""
-    offs = chunk * BLOCK + tl.arange(0, BLOCK)
-    valid = offs < V
-    x = tl.load(logits_ptr + row.to(tl.int64) * stride_row + offs, mask=valid, other=float("-inf")).to(tl.float32)
-    # -0.0 and +0.0 are the same log-prob; give them the same key bits.
-    x = tl.where(x == 0.0, 0.0, x)
-    m = tl.max(x, axis=0)
-    m_safe = tl.where(m == float("-inf"), 0.0, m)
-    s = tl.sum(tl.where(valid, tl.exp(x - m_safe), 0.0).to(tl.float64), axis=0)
-    bits = x.to(tl.int32, bitcast=True)
-    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
-    key = (ordered.to(tl.int64) << 32) | (0x7FFFFFFF - offs).to(tl.int64)
-    key = tl.where(valid, key, _SENTINEL)
+    """One block of one row: its max, sum of exp(x - max) and K best keys (the first pass).
+
+    GROUP = 1: K rounds of "max, then drop it" over the block's BLOCK keys. GROUP > 1: the block as
+    BLOCK / GROUP groups of GROUP consecutive tokens; K rounds over the groups' keys (a group's key is
+    its best token's: its max logit, ties to the lower group, which holds the lower id), then K rounds
+    over the GROUP tokens of each of the K groups chosen. The K best tokens lie in those groups: a
+    group holding one of them has a key at least that token's, and each group ranked above it has a
+    better token of its own, so fewer than K groups do. Same keys out, K * GROUP candidates instead of
+    BLOCK in the rounds.
+    """
+    base_row = logits_ptr + row.to(tl.int64) * stride_row
+    if GROUP == 1:
+        offs = chunk * BLOCK + tl.arange(0, BLOCK)
+        valid = offs < V
+        x = tl.load(base_row + offs, mask=valid, other=float("-inf")).to(tl.float32)
+        m, s = _max_and_sum(x, valid)
+        key = _keys(x, offs, valid)
+    else:
+        NG: tl.constexpr = BLOCK // GROUP
+        first = chunk * BLOCK + tl.arange(0, NG) * GROUP  # each group's first token
+        offs2 = first[:, None] + tl.arange(0, GROUP)[None, :]
+        valid2 = offs2 < V
+        x2 = tl.load(base_row + offs2, mask=valid2, other=float("-inf")).to(tl.float32)
+        gmax = tl.max(x2, axis=1)
+        m = tl.max(gmax, axis=0)
+        m_safe = tl.where(m == float("-inf"), 0.0, m)
+        s = tl.sum(tl.sum(tl.where(valid2, tl.exp(x2 - m_safe), 0.0).to(tl.float64), axis=1), axis=0)
+        gkey = _keys(gmax, first, first < V)
+        slots = tl.arange(0, KP)
+        chosen = tl.full([KP], _SENTINEL, tl.int64)
+        for j in tl.static_range(K):
+            best = tl.max(gkey, axis=0)
+            chosen = tl.where(slots == j, best, chosen)
+            gkey = tl.where(gkey == best, _SENTINEL, gkey)
+        # The chosen groups' tokens, read again (from cache): a group's first token is its key's id.
+        real = chosen != _SENTINEL
+        cand = (0x7FFFFFFF - (chosen & 0xFFFFFFFF)).to(tl.int32)
+        coffs = cand[:, None] + tl.arange(0, GROUP)[None, :]
+        cvalid = real[:, None] & (coffs < V)
+        cx = tl.load(base_row + coffs, mask=cvalid, other=float("-inf")).to(tl.float32)
+        key = tl.reshape(_keys(cx, coffs, cvalid), [KP * GROUP])
     base = (row * NCHUNK + chunk) * KP
     slots = tl.arange(0, KP)
     out = tl.full([KP], _SENTINEL, tl.int64)
@@ -81,6 +117,26 @@ def _chunk_keys(
     tl.store(keys_ptr + base + slots, out)
     tl.store(max_ptr + row * NCHUNK + chunk, m)
     tl.store(sum_ptr + row * NCHUNK + chunk, s)
+
+
+@triton.jit
+def _max_and_sum(x, valid):
+    """The max of x [BLOCK] and the sum of exp(x - max) over its valid entries (fp64)."""
+    m = tl.max(x, axis=0)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    s = tl.sum(tl.where(valid, tl.exp(x - m_safe), 0.0).to(tl.float64), axis=0)
+    return m, s
+
+
+@triton.jit
+def _keys(x, offs, valid):
+    """64-bit keys of logits x at token ids offs: one integer max takes the larger logit, then the lower id."""
+    # -0.0 and +0.0 are the same log-prob; give them the same key bits.
+    x = tl.where(x == 0.0, 0.0, x)
+    bits = x.to(tl.int32, bitcast=True)
+    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+    key = (ordered.to(tl.int64) << 32) | (0x7FFFFFFF - offs).to(tl.int64)
+    return tl.where(valid, key, _SENTINEL)
 
 
 @triton.jit
@@ -160,7 +216,13 @@ def _outputs(
 
 
 def topk_logprobs(
-    draft_logits: torch.Tensor, k: int, block: int = 4096, out: tuple[torch.Tensor, torch.Tensor] | None = None
+    draft_logits: torch.Tensor,
+    k: int,
+    block: int = 4096,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+    group: int = DEFAULT_GROUP,
+    num_warps: int = 4,
+    merge_warps: int = 4,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The `k` most probable tokens per row of `draft_logits`, best first (Triton).
 
@@ -169,12 +231,15 @@ def topk_logprobs(
         k: candidates per row, 1 <= k <= V.
         block: tokens per program of the first pass (a power of two; capped at V's next power of two).
         out: optional (logprobs [L, k] float64, ids [L, k] int64) to write into (CUDA graphs).
+        group: tokens per group of the first pass's group stage (a power of two; 1: no group stage;
+            capped at the block).
+        num_warps: warps per program of the first pass; merge_warps: of the merge's (one a row).
 
     Returns:
         (logprobs [L, k] float64, token_ids [L, k] int64): ties to the lower token id.
     """
     rows, vocab = _check(draft_logits, k)
-    consts = first_pass_constants(vocab, k, block)
+    consts = first_pass_constants(vocab, k, block, group)
     draft_logits = rows_contiguous(draft_logits)
     out = _outputs(draft_logits, k, out)
     if rows == 0:
@@ -183,19 +248,23 @@ def topk_logprobs(
     keys, maxes, sums = first_pass_buffers(rows, nchunk, consts["KP"], draft_logits.device)
     _chunk_topk[(rows, nchunk)](
         draft_logits, draft_logits.stride(0), vocab, nchunk, keys, maxes, sums, K=k, KP=consts["KP"], BLOCK=consts["BLOCK"],
-        num_warps=4,
+        GROUP=consts["GROUP"], num_warps=num_warps,
     )
-    _merge_topk[(rows,)](keys, maxes, sums, nchunk, out[0], out[1], K=k, KP=consts["KP"], CP=consts["CP"], num_warps=4)
+    _merge_topk[(rows,)](keys, maxes, sums, nchunk, out[0], out[1], K=k, KP=consts["KP"], CP=consts["CP"],
+                         num_warps=merge_warps)
     return out
 
 
-def first_pass_constants(vocab: int, k: int, block: int) -> dict:
-    """K, KP, BLOCK (`block`, a power of two, capped at V's next power of two) and CP (the blocks a row,
-    to a power of two) of the two passes; tree_step's one-launch kernel takes the same."""
-    if block < 1 or block & (block - 1):
-        raise ValueError(f"expected block a power of two, got block {block}")
+def first_pass_constants(vocab: int, k: int, block: int, group: int = DEFAULT_GROUP) -> dict:
+    """K, KP, BLOCK (`block`, a power of two, capped at V's next power of two), GROUP (`group`, a power
+    of two, capped at BLOCK) and CP (the blocks a row, to a power of two) of the two passes;
+    tree_step's one-launch kernel takes the same."""
+    for name, value in (("block", block), ("group", group)):
+        if value < 1 or value & (value - 1):
+            raise ValueError(f"expected {name} a power of two, got {name} {value}")
     block = min(block, triton.next_power_of_2(vocab))
-    return dict(K=k, KP=triton.next_power_of_2(k), BLOCK=block, CP=triton.next_power_of_2(triton.cdiv(vocab, block)))
+    return dict(K=k, KP=triton.next_power_of_2(k), BLOCK=block, GROUP=min(group, block),
+                CP=triton.next_power_of_2(triton.cdiv(vocab, block)))
 
 
 def first_pass_buffers(rows: int, nchunk: int, kp: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

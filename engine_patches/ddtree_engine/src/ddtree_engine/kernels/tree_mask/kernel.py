@@ -84,6 +84,7 @@ def compile_tree_arrays(
     max_depth: int,
     out: tuple[torch.Tensor, ...] | None = None,
     rows_per_program: int = 16,
+    num_warps: int = 4,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Mask, packed mask, positions and child/sibling links of a padded tree (Triton).
 
@@ -93,7 +94,7 @@ def compile_tree_arrays(
         prefix_len: [1] int64 on the same device: the root's position.
         max_depth: a bound on the tree's depth (the drafted depths L).
         out: optional (mask, packed, positions, first_child, next_sibling) buffers to fill.
-        rows_per_program: rows per program (a power of two).
+        rows_per_program: rows per program (a power of two); num_warps: warps per program.
 
     Returns:
         As tree_mask.reference.compile_tree_arrays.
@@ -116,7 +117,7 @@ def compile_tree_arrays(
         )
     consts = launch_constants(n_out, rows_per_program)
     _compile_tree[(triton.cdiv(n_out, consts["BR"]),)](
-        parents, depths, num_nodes, prefix_len, max_depth, *out, n_out, words, **consts, num_warps=4
+        parents, depths, num_nodes, prefix_len, max_depth, *out, n_out, words, **consts, num_warps=num_warps
     )
     return out
 

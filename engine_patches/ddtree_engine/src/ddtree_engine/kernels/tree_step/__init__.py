@@ -37,6 +37,8 @@ class TreeStep:
             the programs that finish last) instead of four; the same arrays.
         topk_block: tokens per program of the top-K's first pass (a power of two; tests make it
             small so small vocabularies still take several blocks a row).
+        topk_group: tokens per group of that pass's group stage (a power of two, 1 for none; None:
+            the kernel's default).
     """
 
     def __init__(
@@ -50,6 +52,7 @@ class TreeStep:
         build_method: str = "serial",
         fused: bool = False,
         topk_block: int = 4096,
+        topk_group: int | None = None,
     ):
         if depths < 1 or budget < 0 or topk < 1:
             raise ValueError(f"expected L >= 1, budget >= 0, topk >= 1, got L {depths}, budget {budget}, topk {topk}")
@@ -82,9 +85,10 @@ class TreeStep:
         )
         self.walked = (torch.empty(n, **long), torch.empty(n, **long), torch.empty(1, **long), torch.empty(1, **long))
         self.topk_block = topk_block
+        self.topk_params = dict(block=topk_block) if topk_group is None else dict(block=topk_block, group=topk_group)
         self.fused = None
         if fused and self.k > 0:
-            self.fused = kernel_module(__name__).FusedBuild(self, block=topk_block)
+            self.fused = kernel_module(__name__).FusedBuild(self, **self.topk_params)
 
     @property
     def num_rows(self) -> int:
@@ -107,7 +111,7 @@ class TreeStep:
             self.fused(draft_logits, root, prefix_len)
             return
         else:
-            self.topk_kernel.topk_logprobs(draft_logits, self.k, block=self.topk_block, out=(self.vals, self.ids))
+            self.topk_kernel.topk_logprobs(draft_logits, self.k, out=(self.vals, self.ids), **self.topk_params)
             self.build_kernel.build_tree_arrays(
                 self.vals, self.ids, self.budget, root, self.spine_depth, out=self.tree, method=self.build_method
             )

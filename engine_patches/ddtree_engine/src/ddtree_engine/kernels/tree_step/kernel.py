@@ -43,12 +43,12 @@ def _fused_build(
     logits_ptr, stride_row, V, NCHUNK, keys_ptr, max_ptr, sum_ptr, count_ptr, vals_ptr, ids_ptr,
     root_ptr, L, spine, ws_ptr, ws_score_ptr, tok_ptr, par_ptr, dep_ptr, rank_ptr, score_ptr, n_ptr,
     prefix_ptr, max_depth, mask_ptr, packed_ptr, pos_ptr, fc_ptr, ns_ptr, N, W,
-    K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr, CP: tl.constexpr,
+    K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr, GROUP: tl.constexpr, CP: tl.constexpr,
     BUDGET: tl.constexpr, B: tl.constexpr, NB: tl.constexpr, NP: tl.constexpr, COLS: tl.constexpr,
     LEVELS: tl.constexpr, LOGB: tl.constexpr, BR: tl.constexpr, WP: tl.constexpr,
 ):
     row = tl.program_id(0)
-    _chunk_keys(logits_ptr, stride_row, V, NCHUNK, keys_ptr, max_ptr, sum_ptr, row, tl.program_id(1), K, KP, BLOCK)
+    _chunk_keys(logits_ptr, stride_row, V, NCHUNK, keys_ptr, max_ptr, sum_ptr, row, tl.program_id(1), K, KP, BLOCK, GROUP)
     tl.debug_barrier()
     blocks_done = tl.atomic_add(count_ptr + row, 1, sem="acq_rel")
     if blocks_done == NCHUNK - 1:
@@ -75,14 +75,15 @@ class FusedBuild:
 
     Args:
         step: the TreeStep (its L, V, budget, K, spine, build method and output buffers).
-        block: tokens per program of the top-K pass (a power of two).
+        block: tokens per program of the top-K pass (a power of two); group: its group stage's tokens
+            per group (topk_logprobs.kernel.topk_logprobs).
         num_warps: warps of every program (the last one builds and compiles with the same warps).
     """
 
-    def __init__(self, step, block: int = 4096, num_warps: int = 4):
+    def __init__(self, step, block: int = 4096, group: int = topk_kernel.DEFAULT_GROUP, num_warps: int = 4):
         self.step, self.num_warps = step, num_warps
         depths, budget, device = step.depths, step.budget, step.device
-        topk_consts = topk_kernel.first_pass_constants(step.vocab, step.k, block)
+        topk_consts = topk_kernel.first_pass_constants(step.vocab, step.k, block, group)
         self.nchunk = triton.cdiv(step.vocab, topk_consts["BLOCK"])
         self.keys, self.maxes, self.sums = topk_kernel.first_pass_buffers(depths, self.nchunk, topk_consts["KP"], device)
         # Zero once; every launch leaves them at zero again.

@@ -4,7 +4,9 @@ The program holds the tree's tokens and parents [N] in registers and takes at mo
 steps: at each, the child of the current node whose token equals the target's choice is the
 smallest index with (parent == node) & (token == choice[node]) (siblings carry distinct
 tokens, and the reference takes the first match in sibling order, which is index order).
-The path and the emitted tokens are kept in registers and stored once at the end.
+Which nodes match their parent's choice is one gather before the steps, so a step is a
+reduction with no load to wait for. The path is kept in registers and stored once at the end,
+the emitted tokens (the path's tokens, then the bonus) read with one gather after it.
 """
 
 from __future__ import annotations
@@ -33,26 +35,28 @@ def _walk(
     real = (idx < n) & (idx > 0)
     tok = tl.load(tok_ptr + idx, mask=real, other=-1)
     par = tl.load(par_ptr + idx, mask=real, other=-2).to(tl.int32)
+    # Node i matches if its token is the target's choice at its parent: one gather before the loop,
+    # so the steps below are reductions only (no load waits on the step before).
+    match = real & (tok == tl.load(choice_ptr + tl.maximum(par, 0), mask=real, other=-1).to(tl.int64))
     zero = tl.program_id(0) * 0
     node = zero
     length = zero + 1
     active = zero == 0
     path = tl.where(idx == 0, 0, -1).to(tl.int64)
-    emit = tl.full([NP], -1, tl.int64)
     for _ in range(0, max_depth):
-        want = tl.load(choice_ptr + node).to(tl.int64)
-        hit = (par == node) & (tok == want) & active
-        child = tl.min(tl.where(hit, idx, NP), axis=0)
+        child = tl.min(tl.where((par == node) & match & active, idx, NP), axis=0)
         found = child < NP
         path = tl.where(found & (idx == length), child.to(tl.int64), path)
-        emit = tl.where(found & (idx == length - 1), want, emit)
         length += found.to(tl.int32)
         node = tl.where(found, child, node)
         active = found
+    # Emitted: each accepted node's token (the target's choice at its parent), then the bonus.
+    emit = tl.load(tok_ptr + tl.maximum(path, 0), mask=(idx > 0) & (idx < length), other=-1)
     bonus = tl.load(choice_ptr + node).to(tl.int64)
-    emit = tl.where(idx == length - 1, bonus, emit)
     tl.store(path_ptr + idx, path, mask=idx < N)
-    tl.store(emit_ptr + idx, emit, mask=idx < N)
+    # emitted[j] is path[j + 1]'s token: the loads above are one place ahead; shift by storing one place back.
+    tl.store(emit_ptr + idx - 1, emit, mask=(idx > 0) & (idx < length))
+    tl.store(emit_ptr + idx, tl.where(idx == length - 1, bonus, -1), mask=(idx < N) & (idx >= length - 1))
     tl.store(len_ptr, length.to(tl.int64))
     tl.store(bonus_ptr, bonus)
 
@@ -64,6 +68,7 @@ def walk_arrays(
     target_choice: torch.Tensor,
     max_depth: int,
     out: tuple[torch.Tensor, ...] | None = None,
+    num_warps: int = 4,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The accepted path, emitted tokens, commit length and bonus token (Triton).
 
@@ -74,6 +79,7 @@ def walk_arrays(
         max_depth: a bound on the tree's depth (the drafted depths L); the walk takes at most
             this many steps.
         out: optional (path, emitted, commit_len, bonus) buffers to fill.
+        num_warps: warps of the one program.
 
     Returns:
         As tree_walk.reference.walk_arrays.
@@ -93,6 +99,6 @@ def walk_arrays(
             torch.empty(1, dtype=torch.int64, device=device),
         )
     _walk[(1,)](
-        tokens, parents, num_nodes, target_choice, max_depth, *out, n_out, NP=triton.next_power_of_2(n_out), num_warps=4
+        tokens, parents, num_nodes, target_choice, max_depth, *out, n_out, NP=triton.next_power_of_2(n_out), num_warps=num_warps
     )
     return out
