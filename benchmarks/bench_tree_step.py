@@ -16,7 +16,8 @@ Budgets 15 (topk 8), 22, 64, 256 (topk 8). Ratios printed: kernel graph / argmax
 
 Then the top-K pass on its own (K = 8, same logits), eager and in a CUDA graph, by tokens per program,
 tokens per group of its group stage (1: none) and warps (4096 / 8 / 4 is the default), against the argmax
-and against the pass without the group stage, as ratios from this run. Then the
+and against the pass without the group stage, as ratios from this run. Then each stage alone per budget
+(eager), and the compile in CUDA graphs by rows per program (1, 2, 4: the default, 16). Then the
 build kernel at budgets 64 and 256 in a CUDA graph with 1, 2, 4 and 8 warps (it takes kernel.default_warps: 1 below budget 128, 4 from it), each checked against the 1-warp tree.
 Each budget's row is followed by the same step without the top-K's group stage (topk_group=1, the pass
 before it), with the level-by-level build (TreeStep(build_method=
@@ -236,6 +237,11 @@ def main() -> None:
             ),
             "walk_us": bench(lambda s=step: s.walk_kernel.walk_arrays(s.tree[0], s.tree[1], s.tree[5], s.tree[0], DEPTHS, out=s.walked)),
         }
+        # The compile by rows per program (4 is the default, 16 what the one-launch build compiles with), in CUDA graphs.
+        for per_program in (1, 2, 4, 16):
+            stages[budget][f"compile_{per_program}rows_graph_us"] = bench(graphed(
+                lambda s=step, r=per_program: s.mask_kernel.compile_tree_arrays(s.tree[1], s.tree[2], s.tree[5], prefix, DEPTHS,
+                                                                         out=s.compiled, rows_per_program=r)).replay)
         print(f"stages b{budget}: " + ", ".join(f"{name} {us:.1f} us" for name, us in stages[budget].items()))
     # The build is one program running `budget` serial pops; its warp count is a latency trade
     # (1 warp: no barriers, 8 slots per lane; more: fewer slots per lane, barriers per pop).

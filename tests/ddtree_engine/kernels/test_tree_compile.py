@@ -62,14 +62,19 @@ def _padded(parents, n_out):
     return torch.tensor(parents + [-1] * pad), torch.tensor(depths + [0] * pad)
 
 
-@pytest.mark.parametrize("shape", list(SHAPES))
-def test_kernel_matches_the_reference(shape):
+# rows per program: 4 is the default, 16 what tree_step's one-launch kernel compiles with; 1 row (a program
+# a row) on the smaller trees only (the interpreter runs programs one by one: 257 of them take 25 s).
+ROW_CASES = [(shape, rows) for shape in SHAPES for rows in (1, 4, 16) if rows > 1 or SHAPES[shape][1] <= 65]
+
+
+@pytest.mark.parametrize("shape,rows", ROW_CASES)
+def test_kernel_matches_the_reference(shape, rows):
     parents, n_out = SHAPES[shape]
     par, dep = _padded(parents, n_out)
     prefix = 1000 + len(shape)
     got = kernel.compile_tree_arrays(
         par.to(DEVICE), dep.to(DEVICE), torch.tensor([len(parents)], device=DEVICE),
-        torch.tensor([prefix], device=DEVICE), max(_depths(parents)),
+        torch.tensor([prefix], device=DEVICE), max(_depths(parents)), rows_per_program=rows,
     )
     want = reference.compile_tree_arrays(par, dep, len(parents), prefix)
     for field, g, w in zip(FIELDS, got, want):
@@ -128,12 +133,14 @@ def test_core_compile_tree_on_the_kernel_equals_the_reference(monkeypatch):
 
 @gpu
 @needs_cuda
+@pytest.mark.parametrize("rows", [1, 4, 16])
 @pytest.mark.parametrize("n", [16, 23, 65, 257, 513])
-def test_large_trees_on_the_gpu(n):
+def test_large_trees_on_the_gpu(n, rows):
     parents = _random_tree(n - 3, n)
     par, dep = _padded(parents, n)
     got = kernel.compile_tree_arrays(
-        par.cuda(), dep.cuda(), torch.tensor([n - 3], device="cuda"), torch.tensor([5], device="cuda"), max(_depths(parents))
+        par.cuda(), dep.cuda(), torch.tensor([n - 3], device="cuda"), torch.tensor([5], device="cuda"), max(_depths(parents)),
+        rows_per_program=rows,
     )
     want = reference.compile_tree_arrays(par, dep, n - 3, 5)
     for field, g, w in zip(FIELDS, got, want):

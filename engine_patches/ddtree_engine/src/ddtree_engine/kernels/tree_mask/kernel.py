@@ -1,6 +1,7 @@
 """Triton kernel: compile a fixed-shape draft tree for verify, no host sync.
 
-One program per block of BR rows. A row's ancestors are found by climbing its parent chain
+One program per block of BR rows (ROWS_PER_PROGRAM = 4 by default: the rows' climbs below are the
+kernel's time, so small blocks side by side beat large ones; measured figures at the constant). A row's ancestors are found by climbing its parent chain
 (at most L + 1 steps: the tree's depth bound), marking one column of the dense mask and one bit
 of the packed mask per step; first_child and next_sibling are one compare-and-min over the
 parent array each. Padding rows (from num_nodes on) see only themselves.
@@ -83,7 +84,7 @@ def compile_tree_arrays(
     prefix_len: torch.Tensor,
     max_depth: int,
     out: tuple[torch.Tensor, ...] | None = None,
-    rows_per_program: int = 16,
+    rows_per_program: int | None = None,
     num_warps: int = 4,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Mask, packed mask, positions and child/sibling links of a padded tree (Triton).
@@ -94,7 +95,8 @@ def compile_tree_arrays(
         prefix_len: [1] int64 on the same device: the root's position.
         max_depth: a bound on the tree's depth (the drafted depths L).
         out: optional (mask, packed, positions, first_child, next_sibling) buffers to fill.
-        rows_per_program: rows per program (a power of two); num_warps: warps per program.
+        rows_per_program: rows per program (a power of two; None: ROWS_PER_PROGRAM); num_warps: warps
+            per program.
 
     Returns:
         As tree_mask.reference.compile_tree_arrays.
@@ -122,9 +124,17 @@ def compile_tree_arrays(
     return out
 
 
-def launch_constants(n_out: int, rows_per_program: int = 16) -> dict:
+# Rows a program compiles. Measured on the H200 (2026-12-02 21:48 sweep, benchmarks/results/
+# tree_step_sweep_20261202.json; 4 warps, CUDA graph, compile alone):
+# budget 15 6.6 us at 4 rows against 7.5 at 16; budget 64 8.9 against 12.2; budget 256 9.2 against 22.8
+# (8 rows 13.2, 32 rows 36.5): a row climbs its parent chain, so fewer rows a program run side by side.
+ROWS_PER_PROGRAM = 4
+
+
+def launch_constants(n_out: int, rows_per_program: int | None = None) -> dict:
     """BR (rows a program compiles, a power of two up to N's), NP (N to a power of two) and WP (the
     packed mask's words a row, to a power of two); tree_step's one-launch kernel takes the same."""
+    rows_per_program = rows_per_program or ROWS_PER_PROGRAM
     return dict(BR=min(rows_per_program, triton.next_power_of_2(n_out)), NP=triton.next_power_of_2(n_out),
                 WP=triton.next_power_of_2(triton.cdiv(n_out, 32)))
 

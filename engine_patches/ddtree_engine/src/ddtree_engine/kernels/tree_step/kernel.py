@@ -14,14 +14,14 @@ back to 0, so the next launch (a graph replay) starts from zeros. Nobody waits o
 programs that are not last just end. Under TRITON_INTERPRET=1 the programs run one after another,
 so the last of each row is its last block and the same code paths run.
 
-Measured on the H200 (benchmarks/bench_tree_step.py, 2026-12-02, L 15, V 151,936 bf16, topk 8, the
-whole step with the walk in a CUDA graph): budget 15 35.9 us against 37.9 for the four launches
-(1.06x), budget 22 40.9 against 42.3 (1.04x); from budget 64 it is slower (101 against 61 us; 491
-against 175 at 256): the last program compiles the tree block after block where the compile kernel
-runs its blocks side by side, and builds with this kernel's 4 warps. In the profile of the budget-15
-step the four kernels take 16.2 (top-K blocks) + 3.3 (merge) + 5.5 (build) + 3.0 (compile) us and
-the fused one 26.9, so what it saves is launch gaps, and the top-K's first pass stays the largest
-part. Opt-in (`TreeStep(fused=True)`), not the default: the gain is ~2 us of a ~6 ms verify step.
+Measured on the H200 (benchmarks/bench_tree_step.py, 2026-12-02 21:52 run, L 15, V 151,936 bf16, topk 8,
+the whole step with the walk in a CUDA graph): budget 15 28.4 us against 29.4 for the four launches
+(1.03x; 1.06x at 16:37, before the top-K's group stage), budget 22 33.4 against 32.7; from budget 64 it
+is slower (95.6 against 50.8 us; 473 against 154 at 256): the last program compiles the tree block after
+block where the compile kernel runs its blocks side by side, and builds with this kernel's 4 warps. In a
+profile of the budget-15 step (21:37 run) the four kernels take 8.6 (top-K blocks) + 3.3 (merge) + 5.5
+(build) + 3.0 (compile) us and the fused one 19.6, so what it saves is launch gaps. Opt-in
+(`TreeStep(fused=True)`), not the default: the gain is ~1 us of a ~6 ms verify step.
 """
 
 from __future__ import annotations
@@ -36,6 +36,11 @@ from ..tree_build import kernel as build_kernel
 from ..tree_build.kernel import _build_tree, _build_tree_levels
 from ..tree_mask import kernel as mask_kernel
 from ..tree_mask.kernel import _compile_rows
+
+
+# Rows the last program compiles at a time (it runs the compile's blocks one after another, so it
+# takes larger blocks than the compile kernel's own programs, which run side by side).
+FUSED_COMPILE_ROWS = 16
 
 
 @triton.jit
@@ -95,7 +100,7 @@ class FusedBuild:
         # The three kernels' constexprs (KP and NP, named by two of them, are the same values) and
         # both selections' (the kernel names them all; LEVELS picks one).
         self.shape = {**topk_consts, **build_kernel.launch_constants(budget, step.k, True),
-                      **mask_kernel.launch_constants(self.n_out), "LEVELS": self.levels}
+                      **mask_kernel.launch_constants(self.n_out, FUSED_COMPILE_ROWS), "LEVELS": self.levels}
 
     def __call__(self, draft_logits: torch.Tensor, root: torch.Tensor, prefix_len: torch.Tensor) -> None:
         step = self.step
