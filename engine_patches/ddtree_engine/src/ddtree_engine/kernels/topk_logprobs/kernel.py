@@ -94,12 +94,7 @@ def _chunk_keys(
         m_safe = tl.where(m == float("-inf"), 0.0, m)
         s = tl.sum(tl.sum(tl.where(valid2, tl.exp(x2 - m_safe), 0.0).to(tl.float64), axis=1), axis=0)
         gkey = _keys(gmax, first, first < V)
-        slots = tl.arange(0, KP)
-        chosen = tl.full([KP], _SENTINEL, tl.int64)
-        for j in tl.static_range(K):
-            best = tl.max(gkey, axis=0)
-            chosen = tl.where(slots == j, best, chosen)
-            gkey = tl.where(gkey == best, _SENTINEL, gkey)
+        chosen = _best_keys(gkey, K, KP)
         # The chosen groups' tokens, read again (from cache): a group's first token is its key's id.
         real = chosen != _SENTINEL
         cand = (0x7FFFFFFF - (chosen & 0xFFFFFFFF)).to(tl.int32)
@@ -108,15 +103,22 @@ def _chunk_keys(
         cx = tl.load(base_row + coffs, mask=cvalid, other=float("-inf")).to(tl.float32)
         key = tl.reshape(_keys(cx, coffs, cvalid), [KP * GROUP])
     base = (row * NCHUNK + chunk) * KP
+    tl.store(keys_ptr + base + tl.arange(0, KP), _best_keys(key, K, KP))
+    tl.store(max_ptr + row * NCHUNK + chunk, m)
+    tl.store(sum_ptr + row * NCHUNK + chunk, s)
+
+
+@triton.jit
+def _best_keys(key, K: tl.constexpr, KP: tl.constexpr):
+    """The K largest of the distinct 1-D keys `key`, best first, in [KP] (sentinels after K, or where fewer
+    than K are real): K rounds of "max, then drop it". The first pass's two selections and the merge's."""
     slots = tl.arange(0, KP)
     out = tl.full([KP], _SENTINEL, tl.int64)
     for j in tl.static_range(K):
         best = tl.max(key, axis=0)
         out = tl.where(slots == j, best, out)
         key = tl.where(key == best, _SENTINEL, key)
-    tl.store(keys_ptr + base + slots, out)
-    tl.store(max_ptr + row * NCHUNK + chunk, m)
-    tl.store(sum_ptr + row * NCHUNK + chunk, s)
+    return out
 
 
 @triton.jit
@@ -176,11 +178,7 @@ def _merge_row(keys_ptr, max_ptr, sum_ptr, NCHUNK, vals_ptr, ids_ptr, row, K: tl
     cand = tl.arange(0, CP * KP)
     key = tl.load(keys_ptr + row * NCHUNK * KP + cand, mask=cand < NCHUNK * KP, other=_SENTINEL, cache_modifier=".cg")
     slots = tl.arange(0, KP)
-    best_keys = tl.full([KP], _SENTINEL, tl.int64)
-    for j in tl.static_range(K):
-        best = tl.max(key, axis=0)
-        best_keys = tl.where(slots == j, best, best_keys)
-        key = tl.where(key == best, _SENTINEL, key)
+    best_keys = _best_keys(key, K, KP)
     hi = (best_keys >> 32).to(tl.int32)
     bits = hi ^ ((hi >> 31) & 0x7FFFFFFF)
     x = bits.to(tl.float32, bitcast=True).to(tl.float64)
