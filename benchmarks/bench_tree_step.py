@@ -14,7 +14,9 @@ Rows, over the same [L=15, V=151,936] bf16 draft logits:
 Budgets 15 (topk 8), 22, 64, 256 (topk 8). Ratios printed: kernel graph / argmax (target <=
 1.2), today / kernel graph (target >= 25x at b15, >= 40x at b256), and each against eager.
 
-Then the top-K pass on its own (K = 8, same logits), eager and in a CUDA graph, by tokens per program,
+Then the step stage by stage: CUDA graphs that stop after the top-K's first pass, its merge, the build
+and the compile, each ending with the walk (the first: what any step that reads the logits once and walks
+in its own launch pays), against the argmax, and a graph replay alone. Then the top-K pass on its own (K = 8, same logits), eager and in a CUDA graph, by tokens per program,
 tokens per group of its group stage (1: none) and warps (4096 / 8 / 4 is the default), against the argmax
 and against the pass without the group stage, as ratios from this run. Then each stage alone per budget
 (eager), and the compile in CUDA graphs by rows per program (1, 2, 4: the default, 16). Then the
@@ -99,6 +101,45 @@ def graphed(fn):
     with torch.cuda.graph(graph):
         fn()
     return graph
+
+
+def floor_rows(logits: torch.Tensor, root, prefix, bench, argmax_us: float, argmax_graph_us: float) -> list[dict]:
+    """Where the graphed step's time goes, stage by stage: CUDA graphs that stop after each stage of
+    TreeStep (serial build, default top-K), each ending with the walk, against the argmax.
+
+    - replay: a one-element fill, what replaying any graph costs here;
+    - first pass + walk: the top-K's first pass (`first_pass`: every block read once) and the walk,
+      nothing between: what a step that reads the logits once and walks in its own launch pays;
+    - + merge: the whole top-K; + build; + compile: the step as TreeStep runs it.
+    """
+    rows = []
+    fill = torch.empty(1, device=logits.device)
+    replay_us = bench(graphed(lambda: fill.fill_(1.0)).replay)
+    print(f"step by stage, CUDA graphs ending with the walk; a graph replay alone (one fill) {replay_us:.1f} us")
+    print(f"{'budget':>6} {'stage':>22} {'graph us':>9} {'added us':>9} {'/argmax':>8} {'/graphed argmax':>15}")
+    for budget, topk in BUDGETS:
+        step = TreeStep(DEPTHS, VOCAB, budget, topk, logits.device)
+        step.build(logits, root, prefix)
+        choices = torch.zeros(step.num_rows, dtype=torch.long, device=logits.device)
+        first = topk_kernel.first_pass(logits, step.k, block=step.topk_block)
+        walk = lambda s=step: s.walk(choices)  # noqa: E731
+        topk = lambda s=step: s.topk_kernel.topk_logprobs(logits, s.k, out=(s.vals, s.ids), **s.topk_params)  # noqa: E731
+        build = lambda s=step: s.build_kernel.build_tree_arrays(s.vals, s.ids, s.budget, root, 0, out=s.tree)  # noqa: E731
+        stages = [
+            ("first pass + walk", [lambda s=step: topk_kernel.first_pass(logits, s.k, block=s.topk_block, out=first), walk]),
+            ("+ merge", [topk, walk]),
+            ("+ build", [topk, build, walk]),
+            ("+ compile (the step)", [lambda s=step: s.build(logits, root, prefix), walk]),
+        ]
+        before = replay_us
+        for name, fns in stages:
+            us = bench(graphed(lambda fns=fns: [fn() for fn in fns]).replay)
+            row = {"budget": budget, "stage": name, "graph_us": us, "added_us": us - before, "replay_us": replay_us,
+                   "over_argmax": us / argmax_us, "over_argmax_graph": us / argmax_graph_us}
+            rows.append(row)
+            print(f"{budget:>6} {name:>22} {us:>9.1f} {us - before:>9.1f} {row['over_argmax']:>8.2f} {row['over_argmax_graph']:>15.2f}")
+            before = us
+    return rows
 
 
 def topk_rows(logits: torch.Tensor, bench, argmax_us: float, argmax_graph_us: float) -> list[dict]:
@@ -223,6 +264,7 @@ def main() -> None:
                 f"({us / argmax_graph_us:.2f}x the graphed argmax), today / graph {today_us / us:.1f}x, serial step / it "
                 f"{graph_us / us:.2f}x" + ("" if matches else "  MISMATCH vs the serial step")
             )
+    floor_table = floor_rows(logits, root, prefix, bench, argmax_us, argmax_graph_us)
     topk_table = topk_rows(logits, bench, argmax_us, argmax_graph_us)
     # Where the kernel time goes at each budget (one stage at a time, eager launches, GPU time).
     stages = {}
@@ -290,7 +332,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"bench_tree_step_{time.strftime('%Y%m%d_%H%M%S')}.json"
-    path.write_text(json.dumps({"info": info, "rows": rows, "topk": topk_table, "stages": stages, "build_warps": build_warps,
+    path.write_text(json.dumps({"info": info, "rows": rows, "by_stage": floor_table, "topk": topk_table, "stages": stages, "build_warps": build_warps,
                                            "build_levels": build_levels}, indent=2))
     print(f"# raw JSON: {path}")
 

@@ -242,15 +242,34 @@ def topk_logprobs(
     out = _outputs(draft_logits, k, out)
     if rows == 0:
         return out
-    nchunk = triton.cdiv(vocab, consts["BLOCK"])
-    keys, maxes, sums = first_pass_buffers(rows, nchunk, consts["KP"], draft_logits.device)
-    _chunk_topk[(rows, nchunk)](
-        draft_logits, draft_logits.stride(0), vocab, nchunk, keys, maxes, sums, K=k, KP=consts["KP"], BLOCK=consts["BLOCK"],
-        GROUP=consts["GROUP"], num_warps=num_warps,
-    )
-    _merge_topk[(rows,)](keys, maxes, sums, nchunk, out[0], out[1], K=k, KP=consts["KP"], CP=consts["CP"],
+    keys, maxes, sums = first_pass(draft_logits, k, block, group, num_warps)
+    _merge_topk[(rows,)](keys, maxes, sums, keys.shape[1], out[0], out[1], K=k, KP=consts["KP"], CP=consts["CP"],
                          num_warps=merge_warps)
     return out
+
+
+def first_pass(
+    draft_logits: torch.Tensor,
+    k: int,
+    block: int = 4096,
+    group: int = DEFAULT_GROUP,
+    num_warps: int = 4,
+    out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The first pass alone (`_chunk_topk`): each block's K best keys, max and sum of exponentials
+    ([L, blocks, KP] int64, [L, blocks] fp32, [L, blocks] fp64, `first_pass_buffers`), what the merge
+    reads. Arguments as `topk_logprobs`; `out` the three buffers to fill. The benchmark times it alone."""
+    rows, vocab = _check(draft_logits, k)
+    consts = first_pass_constants(vocab, k, block, group)
+    draft_logits = rows_contiguous(draft_logits)
+    nchunk = triton.cdiv(vocab, consts["BLOCK"])
+    keys, maxes, sums = out or first_pass_buffers(rows, nchunk, consts["KP"], draft_logits.device)
+    if rows:
+        _chunk_topk[(rows, nchunk)](
+            draft_logits, draft_logits.stride(0), vocab, nchunk, keys, maxes, sums, K=k, KP=consts["KP"],
+            BLOCK=consts["BLOCK"], GROUP=consts["GROUP"], num_warps=num_warps,
+        )
+    return keys, maxes, sums
 
 
 def first_pass_constants(vocab: int, k: int, block: int, group: int = DEFAULT_GROUP) -> dict:
