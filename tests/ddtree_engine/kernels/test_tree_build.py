@@ -121,6 +121,23 @@ def test_kernel_matches_the_reference_on_random_shapes(seed, method):
     _assert_same(name, _kernel_arrays(vals, ids, budget, 3, spine, method), reference.build_tree_arrays(vals, ids, budget, 3, spine))
 
 
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("depths,k,budget,spine", [(6, 3, 40, 0), (8, 4, 60, 0), (15, 8, 64, 0), (5, 2, 24, 2), (5, 2, 27, 2), (4, 3, 4, 2),
+                                                     (3, 4, 4, 2), (4, 5, 50, 3)])
+def test_exact_ties_across_depths_ranks_and_parents(depths, k, budget, spine, method):
+    """Integer log-probs (the same -1, -2, .. at every depth, or a step per depth) make sums equal exactly
+    across depths, ranks and parents, so every pop is decided by the tie-break (shallower, lower rank,
+    earlier proposal), e.g. a first pop's next sibling against a deeper runner-up of the same score:
+    the case the build's second pop a reduction compares as scalars."""
+    ids = torch.arange(depths * k).view(depths, k)
+    ranks = -(torch.arange(k, dtype=torch.float64) + 1)
+    for name, vals in {"same every depth": ranks.expand(depths, k).contiguous(),
+                       "a step per depth": ranks + torch.arange(depths, dtype=torch.float64)[:, None] % 3 - 1}.items():
+        want = reference.build_tree_arrays(vals, ids, budget, 4, spine)
+        _assert_same(f"{name}: L {depths} K {k} budget {budget} spine {spine}",
+                     _kernel_arrays(vals, ids, budget, 4, spine, method), want)
+
+
 @pytest.mark.parametrize("budget,topk", [(15, 8), (256, 8), (256, 4), (100, 16)])
 def test_levels_at_real_budgets(budget, topk):
     """The level-by-level selection at the budgets served and benchmarked, ties included (on the CPU

@@ -5,11 +5,21 @@ tie-break: higher score, then shallower depth, then lower rank, then earlier pro
 heap is a register frontier indexed by *parent*: a chosen node's children are proposed one at a
 time (its first child, then each chosen child proposes the next sibling), so every parent has
 at most one open proposal, and the frontier needs `budget` slots (slot q holds the open child
-of selection q - 1; slot 0 the root's). A pop is one reduction over (score, key), where key
-packs depth, rank, proposal counter and slot; accepting writes the sibling back into the
-popped slot and the first child into slot `chosen + 1`, both with `tl.where`, no gather.
+of selection q - 1; slot 0 the root's). The key packs depth, rank, proposal counter and slot.
 
-After the loop (`budget` iterations, fixed), the chosen nodes are laid out depth-major: a
+Two pops share one reduction (`_top2`): it keeps the frontier's best two (score, key) with their
+parents' scores. The first pop is the best; the second is the best of the runner-up and the two
+proposals the first pop made (its next sibling and first child), compared as scalars: nothing
+else in the frontier can beat the runner-up. Each pop writes its sibling back into its own slot
+and its first child into slot `chosen + 1`, with `tl.where`, no gather. Spine steps take their
+slot (the previous spine node's child) without a reduction. Measured on the H200 (2026-12-03, build
+alone in a CUDA graph, trees equal to the one-pop loop's; a scratch sweep, figures in the README):
+budget 256 108.4 us against 124.6 for one pop a reduction, 64 23.6 against 25.2, 15 9.9 against 10.1.
+Tried in the same sweep and slower: the warps' partial bests through a global scratch with one barrier
+instead of Triton's shared-memory exchange (143 us at 256, one pop a reduction), and the value loads
+issued one pop ahead (126.8); with no value loads at all the loop is only 8 us faster (116.9).
+
+After the loop (`budget` pops, fixed), the chosen nodes are laid out depth-major: a
 node's place is 1 + the number of chosen nodes with a smaller (depth, rank path) key, where the
 rank path r1..rd packs into B bits per level (B = bits of K - 1), which is the reference's
 order (by depth, then the parent's place, then rank).
@@ -29,11 +39,12 @@ serial kernel's, on keys packed while the levels grow (depth, then the rank path
 most significant). Equal to the reference on every tree shape and at the real budgets
 (tests/ddtree_engine/kernels/test_tree_build.py and, on the H200, -k "real or more_warps").
 
-Measured on the H200 (benchmarks/bench_tree_step.py, 2026-12-02, build alone in a CUDA graph): on random
-logits, whose trees are shallow (budget 256: 3 deep), levels at 8 warps is 1.16x the serial build at
-budget 64 and 1.19x at 256 (110.5 against 131.0 us); on peaked logits (one token per depth far ahead, the
-shape a confident drafter gives: 15 deep) it is 3-4x slower at every budget (budget 256: 412.8 against
-134.2 us), since each level is a round of searches whatever it adds. A drafter's trees are deep, so
+Measured on the H200 (benchmarks/bench_tree_step.py, 2026-12-03 07:55 run, build alone in a CUDA graph,
+serial with two pops a reduction): on random logits, whose trees are shallow (budget 256: 3 deep), levels at
+8 warps is 1.12x the serial build at budget 256 (97.5 against 109.0 us) and even at 64 (23.7 against 23.6);
+on peaked logits (one token per depth far ahead, the shape a confident drafter gives: 15 deep) it is 3-5x
+slower at every budget (budget 256: 409.1 against 113.4 us), since each level is a round of searches
+whatever it adds. A drafter's trees are deep, so
 "serial" stays the default.
 """
 
@@ -49,9 +60,57 @@ _KEY_BITS = tl.constexpr(56)  # rank-path bits below the depth in the layout key
 
 
 @triton.jit
-def _better(s1, k1, s2, k2):
-    take = (s1 > s2) | ((s1 == s2) & (k1 < k2))
-    return tl.where(take, s1, s2), tl.where(take, k1, k2)
+def _top2(a1s, a1k, a1p, a2s, a2k, a2p, b1s, b1k, b1p, b2s, b2k, b2p):
+    """Combine two (best, runner-up) pairs of (score, key, parent score), each ordered, into the best two."""
+    a_first = (a1s > b1s) | ((a1s == b1s) & (a1k < b1k))
+    # The runner-up: a's second against b's first, or a's first against b's second.
+    xs = tl.where(a_first, a2s, a1s)
+    xk = tl.where(a_first, a2k, a1k)
+    xp = tl.where(a_first, a2p, a1p)
+    ys = tl.where(a_first, b1s, b2s)
+    yk = tl.where(a_first, b1k, b2k)
+    yp = tl.where(a_first, b1p, b2p)
+    x_first = (xs > ys) | ((xs == ys) & (xk < yk))
+    return (tl.where(a_first, a1s, b1s), tl.where(a_first, a1k, b1k), tl.where(a_first, a1p, b1p),
+            tl.where(x_first, xs, ys), tl.where(x_first, xk, yk), tl.where(x_first, xp, yp))
+
+
+@triton.jit
+def _propose(s, key, pscore, c, counter, active, vals_ptr, ws_ptr, ws_score_ptr, L, K: tl.constexpr, NB: tl.constexpr):
+    """Choose the node (s, key) whose parent scores `pscore` as selection c (if active): record it, and make
+    its two proposals as scalars, its next sibling (same slot q) and its first child (slot c + 1)."""
+    d = (key >> 44).to(tl.int32)
+    r = ((key >> 32) & 0xFFF).to(tl.int32)
+    q = (key & 0xFFF).to(tl.int32)
+    tl.store(ws_ptr + c, q - 1, mask=active)
+    tl.store(ws_ptr + NB + c, d, mask=active)
+    tl.store(ws_ptr + 2 * NB + c, r, mask=active)
+    tl.store(ws_score_ptr + c, s, mask=active)
+    has_sib = active & (r + 1 < K)
+    v_sib = tl.load(vals_ptr + d * K + r + 1, mask=has_sib, other=0.0)
+    sib_s = tl.where(has_sib, pscore + v_sib, float("-inf"))
+    sib_k = tl.where(has_sib, (d.to(tl.int64) << 44) | ((r + 1).to(tl.int64) << 32) | (counter << 12) | q, _NONE)
+    counter += has_sib.to(tl.int64)
+    has_child = active & (d + 1 < L)
+    v_child = tl.load(vals_ptr + (d + 1) * K, mask=has_child, other=0.0)
+    child_s = tl.where(has_child, s + v_child, float("-inf"))
+    child_k = tl.where(has_child, ((d + 1).to(tl.int64) << 44) | (counter << 12) | (c + 1), _NONE)
+    counter += has_child.to(tl.int64)
+    return q, sib_s, sib_k, has_child, child_s, child_k, counter
+
+
+@triton.jit
+def _place(f_score, f_pscore, f_key, slot, active, q, sib_s, sib_k, has_child, c, child_s, child_k, s):
+    """A chosen node's proposals into the frontier: its sibling (or nothing) into its slot q, its first child
+    into slot c + 1 with the node's score as the child's parent score."""
+    at_q = active & (slot == q)
+    f_score = tl.where(at_q, sib_s, f_score)
+    f_key = tl.where(at_q, sib_k, f_key)
+    at_c = has_child & (slot == c + 1)
+    f_score = tl.where(at_c, child_s, f_score)
+    f_pscore = tl.where(at_c, s, f_pscore)
+    f_key = tl.where(at_c, child_k, f_key)
+    return f_score, f_pscore, f_key
 
 
 @triton.jit
@@ -104,45 +163,50 @@ def _build_tree(
     f_score = tl.where(slot == 0, 0.0 + v00, float("-inf"))
     f_pscore = tl.zeros([NB], dtype=tl.float64)
     f_key = tl.where(slot == 0, 0, _NONE).to(tl.int64)
+    none_score = tl.full([NB], float("-inf"), tl.float64)
+    none_key = tl.full([NB], _NONE, tl.int64)
     # Loop-carried scalars start as tensors (a constexpr start would change type in the loop).
     zero = tl.program_id(0) * 0
     counter = (zero + 1).to(tl.int64)
     n_chosen = zero
     spine_score = zero.to(tl.float64)
-    for it in range(BUDGET):
-        best_score, best_key = tl.reduce((f_score, f_key), 0, _better)
-        forced = it < spine
+    for it in range(spine):
         # A spine step takes slot `it` (the previous spine node's child) whatever the heap says.
-        spine_v = tl.load(vals_ptr + it * K, mask=forced, other=0.0)
-        spine_score = tl.where(forced, spine_score + spine_v, spine_score)
-        active = forced | (best_key != _NONE)
-        d = tl.where(forced, it, (best_key >> 44).to(tl.int32))
-        r = tl.where(forced, 0, ((best_key >> 32) & 0xFFF).to(tl.int32))
-        q = tl.where(forced, it, (best_key & 0xFFF).to(tl.int32))
-        s = tl.where(forced, spine_score, best_score)
-        c = n_chosen
-        tl.store(ws_ptr + c, q - 1, mask=active)
-        tl.store(ws_ptr + NB + c, d, mask=active)
-        tl.store(ws_ptr + 2 * NB + c, r, mask=active)
-        tl.store(ws_score_ptr + c, s, mask=active)
-        # Next sibling (same parent, rank + 1) back into slot q, or the slot closes.
-        has_sib = active & (r + 1 < K)
-        v_sib = tl.load(vals_ptr + d * K + r + 1, mask=has_sib, other=0.0)
-        sib_key = (d.to(tl.int64) << 44) | ((r + 1).to(tl.int64) << 32) | (counter << 12) | q
-        counter += has_sib.to(tl.int64)
-        at_q = active & (slot == q)
-        f_score = tl.where(at_q, tl.where(has_sib, f_pscore + v_sib, float("-inf")), f_score)
-        f_key = tl.where(at_q, tl.where(has_sib, sib_key, _NONE), f_key)
-        # First child (depth + 1, rank 0) into slot c + 1, with this node as its parent.
-        has_child = active & (d + 1 < L)
-        v_child = tl.load(vals_ptr + (d + 1) * K, mask=has_child, other=0.0)
-        child_key = ((d + 1).to(tl.int64) << 44) | (counter << 12) | (c + 1)
-        counter += has_child.to(tl.int64)
-        at_c = has_child & (slot == c + 1)
-        f_score = tl.where(at_c, s + v_child, f_score)
-        f_pscore = tl.where(at_c, s, f_pscore)
-        f_key = tl.where(at_c, child_key, f_key)
-        n_chosen += active.to(tl.int32)
+        s = spine_score + tl.load(vals_ptr + it * K)
+        key = ((zero + it).to(tl.int64) << 44) | (zero + it)
+        q, sib_s, sib_k, has_child, child_s, child_k, counter = _propose(
+            s, key, spine_score, n_chosen, counter, zero == 0, vals_ptr, ws_ptr, ws_score_ptr, L, K, NB)
+        f_score, f_pscore, f_key = _place(f_score, f_pscore, f_key, slot, zero == 0, q, sib_s, sib_k, has_child,
+                                          n_chosen, child_s, child_k, s)
+        spine_score = s
+        n_chosen += 1
+    for it in range(spine, BUDGET, 2):
+        # The best two of the frontier, each with its parent's score (a sibling's score is parent + value).
+        s1, k1, p1, s2, k2, p2 = tl.reduce((f_score, f_key, f_pscore, none_score, none_key, f_pscore), 0, _top2)
+        act1 = k1 != _NONE
+        c1 = n_chosen
+        q1, sib1_s, sib1_k, hc1, ch1_s, ch1_k, counter = _propose(s1, k1, p1, c1, counter, act1, vals_ptr, ws_ptr,
+                                                                  ws_score_ptr, L, K, NB)
+        n_chosen += act1.to(tl.int32)
+        # The second pop: the runner-up, or one of the first pop's proposals if it beats it.
+        take = (sib1_s > s2) | ((sib1_s == s2) & (sib1_k < k2))
+        s2 = tl.where(take, sib1_s, s2)
+        k2 = tl.where(take, sib1_k, k2)
+        p2 = tl.where(take, p1, p2)
+        take = (ch1_s > s2) | ((ch1_s == s2) & (ch1_k < k2))
+        s2 = tl.where(take, ch1_s, s2)
+        k2 = tl.where(take, ch1_k, k2)
+        p2 = tl.where(take, s1, p2)
+        act2 = (it + 1 < BUDGET) & (k2 != _NONE)
+        c2 = n_chosen
+        q2, sib2_s, sib2_k, hc2, ch2_s, ch2_k, counter = _propose(s2, k2, p2, c2, counter, act2, vals_ptr, ws_ptr,
+                                                                  ws_score_ptr, L, K, NB)
+        n_chosen += act2.to(tl.int32)
+        # In pop order: the second pop may have taken a slot the first just wrote.
+        f_score, f_pscore, f_key = _place(f_score, f_pscore, f_key, slot, act1, q1, sib1_s, sib1_k, hc1, c1, ch1_s,
+                                          ch1_k, s1)
+        f_score, f_pscore, f_key = _place(f_score, f_pscore, f_key, slot, act2, q2, sib2_s, sib2_k, hc2, c2, ch2_s,
+                                          ch2_k, s2)
 
     tl.debug_barrier()
     # Layout: depth-major, then the rank path; new place = 1 + #(smaller keys).
@@ -340,8 +404,9 @@ def supports(depths: int, k: int, budget: int) -> bool:
 
 
 # Budgets from which the build kernel takes 4 warps. Measured on the H200 in a CUDA graph
-# (benchmarks/bench_tree_step.py, 2026-12-01): budget 64 28.4 us at 1 warp, 30.8 at 4; budget 256 269.5 us
-# at 1 warp, 131.2 at 4, 149.2 at 8. The heap lives in a global workspace the warps share: 2, 4 and 8 warps
+# (benchmarks/bench_tree_step.py, 2026-12-03 07:55, two pops a reduction): budget 64 23.6 us at 1 warp, 30.8
+# at 2, 31.0 at 4; budget 256 136.4 us at 1 warp, 138.8 at 2, 108.4 at 4, 141.2 at 8 (2026-12-01, one pop a
+# reduction: 64 28.4 at 1, 30.8 at 4; 256 269.5 at 1, 131.2 at 4). The heap lives in a global workspace the warps share: 2, 4 and 8 warps
 # gave the reference's trees on every tree shape, random shapes up to budget 300 and the real budgets on
 # the H200 (tests/ddtree_engine/kernels/test_tree_build.py -k more_warps, 2026-12-01).
 MANY_WARPS_FROM_BUDGET = 128
