@@ -106,6 +106,33 @@ def test_kernel_matches_the_reference(name, method):
     _assert_same(name, got, reference.build_tree_arrays(vals, ids, budget, 5, spine))
 
 
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_int64_frontier_keys_on_every_shape(name):
+    """The serial build packs its frontier keys in int32 where they fit (key_constants: every case here) and in
+    int64 beyond (budget 1000 with K 16, say): the int64 layout on the same shapes."""
+    logits, budget, topk, spine = CASES[name]
+    k = min(topk, budget, logits.shape[1])
+    vals, ids = topk_reference.sorted_topk_logprobs(logits, k)
+    assert kernel.key_constants(budget, k)["KEY32"]
+    out = (*(torch.empty(budget + 1, dtype=torch.int64, device=DEVICE) for _ in range(4)),
+           torch.empty(budget + 1, dtype=torch.float64, device=DEVICE), torch.empty(1, dtype=torch.int64, device=DEVICE))
+    ws, ws_score = kernel.workspaces(budget, False, torch.device(DEVICE))
+    consts = {**kernel.launch_constants(budget, k, False), **kernel.INT64_KEYS}
+    kernel._build_tree[(1,)](vals.to(DEVICE).contiguous(), ids.to(DEVICE).contiguous(), torch.tensor([5], device=DEVICE), vals.shape[0],
+                             min(spine, vals.shape[0], budget), ws, ws_score, *out, **consts, num_warps=1)
+    _assert_same(name, tuple(a.cpu() for a in out), reference.build_tree_arrays(vals, ids, budget, 5, spine))
+
+
+def test_the_key_layout_fits_its_fields():
+    """int32 at the served budgets (K 8 up to 256 and beyond), int64 where a field would overflow 31 bits."""
+    assert all(kernel.key_constants(b, 8)["KEY32"] for b in (1, 15, 22, 64, 256, 511))
+    assert kernel.key_constants(1000, 16) == kernel.INT64_KEYS and kernel.key_constants(4095, 4095) == kernel.INT64_KEYS
+    for budget, k in ((1, 1), (15, 8), (256, 8), (300, 16), (511, 8)):
+        c = kernel.key_constants(budget, k)
+        assert 1 << (budget - 1).bit_length() < 2 ** c["SC"] and 2 * budget + 1 < 2 ** (c["SR"] - c["SC"])
+        assert k - 1 < 2 ** (c["SD"] - c["SR"]) and c["SD"] + 6 <= 31
+
+
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("seed", range(8))
 def test_kernel_matches_the_reference_on_random_shapes(seed, method):
@@ -217,7 +244,7 @@ from ddtree_engine.kernels.tree_build import kernel as k
 sig = {"vals_ptr": "*fp64", "ids_ptr": "*i64", "root_ptr": "*i64", "L": "i32", "spine": "i32", "ws_ptr": "*i64",
        "ws_score_ptr": "*fp64", "tok_ptr": "*i64", "par_ptr": "*i64", "dep_ptr": "*i64", "rank_ptr": "*i64",
        "score_ptr": "*fp64", "n_ptr": "*i64"}
-for budget, topk in ((15, 8), (256, 8), (100, 16)):
+for budget, topk in ((15, 8), (256, 8), (100, 16), (1000, 16)):
     for fn, levels, skip in ((k._build_tree, False, ()), (k._build_tree_levels, True, ("spine",))):
         consts = k.launch_constants(budget, topk, levels)
         params = {n: t for n, t in sig.items() if n not in skip}
@@ -235,7 +262,7 @@ def test_both_build_kernels_compile_for_the_h200_without_one():
     proc = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.split("\n")
-    for budget, topk in ((15, 8), (256, 8), (100, 16)):
+    for budget, topk in ((15, 8), (256, 8), (100, 16), (1000, 16)):
         for name in ("_build_tree", "_build_tree_levels"):
             assert f"{name} {budget} {topk} True" in lines
 

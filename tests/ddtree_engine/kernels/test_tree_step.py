@@ -257,10 +257,10 @@ sig = {"logits_ptr": "*bf16", "stride_row": i32, "V": i32, "NCHUNK": i32, "keys_
        "ws_ptr": i64, "ws_score_ptr": "*fp64", "tok_ptr": i64, "par_ptr": i64, "dep_ptr": i64, "rank_ptr": i64,
        "score_ptr": "*fp64", "n_ptr": i64, "prefix_ptr": i64, "max_depth": i32, "mask_ptr": "*i1", "packed_ptr": "*i32",
        "pos_ptr": i64, "fc_ptr": i64, "ns_ptr": i64, "N": i32, "W": i32}
-for budget, topk, levels in ((15, 8, False), (15, 8, True), (256, 8, True)):
-    # The constants FusedBuild launches with at V = 151,936.
+for budget, topk, levels in ((15, 8, False), (15, 8, True), (256, 8, True), (256, 8, False), (1000, 16, False)):
+    # The constants FusedBuild launches with at V = 151,936 (int32 frontier keys but at budget 1000).
     consts = {**topk_kernel.first_pass_constants(151_936, topk, 4096), **build_kernel.launch_constants(budget, topk, True),
-              **mask_kernel.launch_constants(budget + 1, k.FUSED_COMPILE_ROWS), "LEVELS": levels}
+              **build_kernel.key_constants(budget, topk), **mask_kernel.launch_constants(budget + 1, k.FUSED_COMPILE_ROWS), "LEVELS": levels}
     src = ASTSource(fn=k._fused_build, signature={**sig, **{c: "constexpr" for c in consts}}, constexprs=consts)
     ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4}).asm["ptx"]
     print("fused", budget, topk, levels, ".target sm_90" in ptx, "atom.global.gpu.acq_rel.add" in ptx)
@@ -275,5 +275,5 @@ def test_the_fused_build_compiles_for_the_h200_without_one():
     proc = subprocess.run([sys.executable, "-c", COMPILE_FUSED_FOR_SM90], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.split("\n")
-    for budget, levels in ((15, False), (15, True), (256, True)):
-        assert f"fused {budget} 8 {levels} True True" in lines, proc.stdout
+    for budget, topk, levels in ((15, 8, False), (15, 8, True), (256, 8, True), (256, 8, False), (1000, 16, False)):
+        assert f"fused {budget} {topk} {levels} True True" in lines, proc.stdout

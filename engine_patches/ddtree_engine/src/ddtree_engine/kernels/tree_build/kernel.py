@@ -5,16 +5,22 @@ tie-break: higher score, then shallower depth, then lower rank, then earlier pro
 heap is a register frontier indexed by *parent*: a chosen node's children are proposed one at a
 time (its first child, then each chosen child proposes the next sibling), so every parent has
 at most one open proposal, and the frontier needs `budget` slots (slot q holds the open child
-of selection q - 1; slot 0 the root's). The key packs depth, rank, proposal counter and slot.
+of selection q - 1; slot 0 the root's). The key packs depth, rank, proposal counter and slot, in
+int32 where they fit (`key_constants`: budget 256, K 8 does), else int64; an empty slot's key is the
+largest, so it loses every comparison.
 
-Two pops share one reduction (`_top2`): it keeps the frontier's best two (score, key) with their
-parents' scores. The first pop is the best; the second is the best of the runner-up and the two
+Two pops share one reduction (`_top2`): it keeps the frontier's best two (score, key), the best with
+its parent's score. The first pop is the best; the second is the best of the runner-up and the two
 proposals the first pop made (its next sibling and first child), compared as scalars: nothing
-else in the frontier can beat the runner-up. Each pop writes its sibling back into its own slot
+else in the frontier can beat the runner-up. The second pop's sibling is scored in the frontier
+(its slot's parent score + value), so the runner-up's parent score stays out of the reduction.
+Each pop writes its sibling back into its own slot
 and its first child into slot `chosen + 1`, with `tl.where`, no gather. Spine steps take their
 slot (the previous spine node's child) without a reduction. Measured on the H200 (2026-12-03, build
 alone in a CUDA graph, trees equal to the one-pop loop's; a scratch sweep, figures in the README):
-budget 256 108.4 us against 124.6 for one pop a reduction, 64 23.6 against 25.2, 15 9.9 against 10.1.
+budget 256 108.4 us against 124.6 for one pop a reduction, 64 23.6 against 25.2, 15 9.9 against 10.1;
+with int32 keys and the runner-up's parent score out of the reduction 100.8, 21.5 and 9.7 (a later sweep,
+same day, the two-pops build measured 108.3, 23.6, 9.9 beside it).
 Tried in the same sweep and slower: the warps' partial bests through a global scratch with one barrier
 instead of Triton's shared-memory exchange (143 us at 256, one pop a reduction), and the value loads
 issued one pop ahead (126.8); with no value loads at all the loop is only 8 us faster (116.9).
@@ -39,13 +45,12 @@ serial kernel's, on keys packed while the levels grow (depth, then the rank path
 most significant). Equal to the reference on every tree shape and at the real budgets
 (tests/ddtree_engine/kernels/test_tree_build.py and, on the H200, -k "real or more_warps").
 
-Measured on the H200 (benchmarks/bench_tree_step.py, 2026-12-03 07:55 run, build alone in a CUDA graph,
-serial with two pops a reduction): on random logits, whose trees are shallow (budget 256: 3 deep), levels at
-8 warps is 1.12x the serial build at budget 256 (97.5 against 109.0 us) and even at 64 (23.7 against 23.6);
-on peaked logits (one token per depth far ahead, the shape a confident drafter gives: 15 deep) it is 3-5x
-slower at every budget (budget 256: 409.1 against 113.4 us), since each level is a round of searches
-whatever it adds. A drafter's trees are deep, so
-"serial" stays the default.
+Measured on the H200 (benchmarks/bench_tree_step.py, 2026-12-03 08:31 run, build alone in a CUDA graph,
+serial with two pops a reduction and int32 keys): on random logits, whose trees are shallow (budget 256: 3
+deep), levels at 8 warps is 1.04x the serial build at budget 256 (97.3 against 101.3 us) and slower at 64
+(23.2 against 21.1); on peaked logits (one token per depth far ahead, the shape a confident drafter gives: 15
+deep) it is 4-5x slower at every budget (budget 256: 409.2 against 106.0 us), since each level is a round of
+searches whatever it adds. A drafter's trees are deep, so "serial" stays the default.
 """
 
 from __future__ import annotations
@@ -55,33 +60,35 @@ import triton
 import triton.language as tl
 
 # Globals a kernel reads must be tl.constexpr (Triton refuses plain globals when compiling).
-_NONE = tl.constexpr(9223372036854775807)  # the key of an empty frontier slot: loses every comparison
+_NONE = tl.constexpr(9223372036854775807)  # a layout key after every chosen node's (padding rows)
 _KEY_BITS = tl.constexpr(56)  # rank-path bits below the depth in the layout key
 
 
 @triton.jit
-def _top2(a1s, a1k, a1p, a2s, a2k, a2p, b1s, b1k, b1p, b2s, b2k, b2p):
-    """Combine two (best, runner-up) pairs of (score, key, parent score), each ordered, into the best two."""
+def _top2(a1s, a1k, a1p, a2s, a2k, b1s, b1k, b1p, b2s, b2k):
+    """Combine two (best, runner-up) pairs, each ordered, into the best two: (score, key, parent score) of the
+    best, (score, key) of the runner-up (a second pop's sibling is scored in the frontier, not as a scalar)."""
     a_first = (a1s > b1s) | ((a1s == b1s) & (a1k < b1k))
     # The runner-up: a's second against b's first, or a's first against b's second.
     xs = tl.where(a_first, a2s, a1s)
     xk = tl.where(a_first, a2k, a1k)
-    xp = tl.where(a_first, a2p, a1p)
     ys = tl.where(a_first, b1s, b2s)
     yk = tl.where(a_first, b1k, b2k)
-    yp = tl.where(a_first, b1p, b2p)
     x_first = (xs > ys) | ((xs == ys) & (xk < yk))
     return (tl.where(a_first, a1s, b1s), tl.where(a_first, a1k, b1k), tl.where(a_first, a1p, b1p),
-            tl.where(x_first, xs, ys), tl.where(x_first, xk, yk), tl.where(x_first, xp, yp))
+            tl.where(x_first, xs, ys), tl.where(x_first, xk, yk))
 
 
 @triton.jit
-def _propose(s, key, pscore, c, counter, active, vals_ptr, ws_ptr, ws_score_ptr, L, K: tl.constexpr, NB: tl.constexpr):
+def _propose(s, key, pscore, c, counter, active, vals_ptr, ws_ptr, ws_score_ptr, L, K: tl.constexpr, NB: tl.constexpr,
+             SD: tl.constexpr, SR: tl.constexpr, SC: tl.constexpr, KNONE: tl.constexpr):
     """Choose the node (s, key) whose parent scores `pscore` as selection c (if active): record it, and make
-    its two proposals as scalars, its next sibling (same slot q) and its first child (slot c + 1)."""
-    d = (key >> 44).to(tl.int32)
-    r = ((key >> 32) & 0xFFF).to(tl.int32)
-    q = (key & 0xFFF).to(tl.int32)
+    its two proposals as scalars, its next sibling (same slot q; also its value, for a score taken in the
+    frontier) and its first child (slot c + 1). The key is depth << SD | rank << SR | counter << SC | slot."""
+    kt = key.dtype
+    d = (key >> SD).to(tl.int32)
+    r = ((key >> SR) & ((1 << (SD - SR)) - 1)).to(tl.int32)
+    q = (key & ((1 << SC) - 1)).to(tl.int32)
     tl.store(ws_ptr + c, q - 1, mask=active)
     tl.store(ws_ptr + NB + c, d, mask=active)
     tl.store(ws_ptr + 2 * NB + c, r, mask=active)
@@ -89,14 +96,14 @@ def _propose(s, key, pscore, c, counter, active, vals_ptr, ws_ptr, ws_score_ptr,
     has_sib = active & (r + 1 < K)
     v_sib = tl.load(vals_ptr + d * K + r + 1, mask=has_sib, other=0.0)
     sib_s = tl.where(has_sib, pscore + v_sib, float("-inf"))
-    sib_k = tl.where(has_sib, (d.to(tl.int64) << 44) | ((r + 1).to(tl.int64) << 32) | (counter << 12) | q, _NONE)
-    counter += has_sib.to(tl.int64)
+    sib_k = tl.where(has_sib, (d.to(kt) << SD) | ((r + 1).to(kt) << SR) | (counter << SC) | q.to(kt), KNONE)
+    counter += has_sib.to(kt)
     has_child = active & (d + 1 < L)
     v_child = tl.load(vals_ptr + (d + 1) * K, mask=has_child, other=0.0)
     child_s = tl.where(has_child, s + v_child, float("-inf"))
-    child_k = tl.where(has_child, ((d + 1).to(tl.int64) << 44) | (counter << 12) | (c + 1), _NONE)
-    counter += has_child.to(tl.int64)
-    return q, sib_s, sib_k, has_child, child_s, child_k, counter
+    child_k = tl.where(has_child, ((d + 1).to(kt) << SD) | (counter << SC) | (c + 1).to(kt), KNONE)
+    counter += has_child.to(kt)
+    return q, has_sib, v_sib, sib_s, sib_k, has_child, child_s, child_k, counter
 
 
 @triton.jit
@@ -156,55 +163,61 @@ def _build_tree(
     NB: tl.constexpr,
     NP: tl.constexpr,
     COLS: tl.constexpr,
+    KEY32: tl.constexpr,
+    SD: tl.constexpr,
+    SR: tl.constexpr,
+    SC: tl.constexpr,
+    KNONE: tl.constexpr,
 ):
     slot = tl.arange(0, NB)
+    KT = tl.int32 if KEY32 else tl.int64  # the frontier's keys (key_constants: int32 where the fields fit)
     # Slot 0: the root's first child (depth 0, rank 0, counter 0).
     v00 = tl.load(vals_ptr).to(tl.float64)
     f_score = tl.where(slot == 0, 0.0 + v00, float("-inf"))
     f_pscore = tl.zeros([NB], dtype=tl.float64)
-    f_key = tl.where(slot == 0, 0, _NONE).to(tl.int64)
+    f_key = tl.where(slot == 0, 0, KNONE).to(KT)
     none_score = tl.full([NB], float("-inf"), tl.float64)
-    none_key = tl.full([NB], _NONE, tl.int64)
+    none_key = tl.full([NB], KNONE, KT)
     # Loop-carried scalars start as tensors (a constexpr start would change type in the loop).
     zero = tl.program_id(0) * 0
-    counter = (zero + 1).to(tl.int64)
+    counter = (zero + 1).to(KT)
     n_chosen = zero
     spine_score = zero.to(tl.float64)
     for it in range(spine):
         # A spine step takes slot `it` (the previous spine node's child) whatever the heap says.
         s = spine_score + tl.load(vals_ptr + it * K)
-        key = ((zero + it).to(tl.int64) << 44) | (zero + it)
-        q, sib_s, sib_k, has_child, child_s, child_k, counter = _propose(
-            s, key, spine_score, n_chosen, counter, zero == 0, vals_ptr, ws_ptr, ws_score_ptr, L, K, NB)
+        key = ((zero + it).to(KT) << SD) | (zero + it).to(KT)
+        q, _, _, sib_s, sib_k, has_child, child_s, child_k, counter = _propose(
+            s, key, spine_score, n_chosen, counter, zero == 0, vals_ptr, ws_ptr, ws_score_ptr, L, K, NB, SD, SR, SC, KNONE)
         f_score, f_pscore, f_key = _place(f_score, f_pscore, f_key, slot, zero == 0, q, sib_s, sib_k, has_child,
                                           n_chosen, child_s, child_k, s)
         spine_score = s
         n_chosen += 1
     for it in range(spine, BUDGET, 2):
-        # The best two of the frontier, each with its parent's score (a sibling's score is parent + value).
-        s1, k1, p1, s2, k2, p2 = tl.reduce((f_score, f_key, f_pscore, none_score, none_key, f_pscore), 0, _top2)
-        act1 = k1 != _NONE
+        # The best two of the frontier, the best with its parent's score (its sibling's is parent + value).
+        s1, k1, p1, s2, k2 = tl.reduce((f_score, f_key, f_pscore, none_score, none_key), 0, _top2)
+        act1 = k1 != KNONE
         c1 = n_chosen
-        q1, sib1_s, sib1_k, hc1, ch1_s, ch1_k, counter = _propose(s1, k1, p1, c1, counter, act1, vals_ptr, ws_ptr,
-                                                                  ws_score_ptr, L, K, NB)
+        q1, _, _, sib1_s, sib1_k, hc1, ch1_s, ch1_k, counter = _propose(
+            s1, k1, p1, c1, counter, act1, vals_ptr, ws_ptr, ws_score_ptr, L, K, NB, SD, SR, SC, KNONE)
         n_chosen += act1.to(tl.int32)
         # The second pop: the runner-up, or one of the first pop's proposals if it beats it.
         take = (sib1_s > s2) | ((sib1_s == s2) & (sib1_k < k2))
         s2 = tl.where(take, sib1_s, s2)
         k2 = tl.where(take, sib1_k, k2)
-        p2 = tl.where(take, p1, p2)
         take = (ch1_s > s2) | ((ch1_s == s2) & (ch1_k < k2))
         s2 = tl.where(take, ch1_s, s2)
         k2 = tl.where(take, ch1_k, k2)
-        p2 = tl.where(take, s1, p2)
-        act2 = (it + 1 < BUDGET) & (k2 != _NONE)
+        act2 = (it + 1 < BUDGET) & (k2 != KNONE)
         c2 = n_chosen
-        q2, sib2_s, sib2_k, hc2, ch2_s, ch2_k, counter = _propose(s2, k2, p2, c2, counter, act2, vals_ptr, ws_ptr,
-                                                                  ws_score_ptr, L, K, NB)
+        q2, hs2, v_sib2, _, sib2_k, hc2, ch2_s, ch2_k, counter = _propose(
+            s2, k2, s2, c2, counter, act2, vals_ptr, ws_ptr, ws_score_ptr, L, K, NB, SD, SR, SC, KNONE)
         n_chosen += act2.to(tl.int32)
-        # In pop order: the second pop may have taken a slot the first just wrote.
+        # In pop order: the second pop may have taken a slot the first just wrote, so its sibling is scored
+        # on the frontier's parent scores after the first pop's writes.
         f_score, f_pscore, f_key = _place(f_score, f_pscore, f_key, slot, act1, q1, sib1_s, sib1_k, hc1, c1, ch1_s,
                                           ch1_k, s1)
+        sib2_s = tl.where(hs2, f_pscore + v_sib2, float("-inf"))
         f_score, f_pscore, f_key = _place(f_score, f_pscore, f_key, slot, act2, q2, sib2_s, sib2_k, hc2, c2, ch2_s,
                                           ch2_k, s2)
 
@@ -404,11 +417,12 @@ def supports(depths: int, k: int, budget: int) -> bool:
 
 
 # Budgets from which the build kernel takes 4 warps. Measured on the H200 in a CUDA graph
-# (benchmarks/bench_tree_step.py, 2026-12-03 07:55, two pops a reduction): budget 64 23.6 us at 1 warp, 30.8
-# at 2, 31.0 at 4; budget 256 136.4 us at 1 warp, 138.8 at 2, 108.4 at 4, 141.2 at 8 (2026-12-01, one pop a
-# reduction: 64 28.4 at 1, 30.8 at 4; 256 269.5 at 1, 131.2 at 4). The heap lives in a global workspace the warps share: 2, 4 and 8 warps
-# gave the reference's trees on every tree shape, random shapes up to budget 300 and the real budgets on
-# the H200 (tests/ddtree_engine/kernels/test_tree_build.py -k more_warps, 2026-12-01).
+# (benchmarks/bench_tree_step.py, 2026-12-03 08:31, two pops a reduction, int32 keys): budget 64 21.0 us at
+# 1 warp, 27.5 at 2, 26.3 at 4; budget 256 118.3 us at 1 warp, 124.0 at 2, 101.2 at 4, 117.9 at 8 (2026-12-01,
+# one pop a reduction: 64 28.4 at 1, 30.8 at 4; 256 269.5 at 1, 131.2 at 4). The heap lives in a global
+# workspace the warps share: 2, 4 and 8 warps gave the reference's trees on every tree shape, random shapes
+# up to budget 300 and the real budgets on the H200 (tests/ddtree_engine/kernels/test_tree_build.py -k
+# more_warps, 2026-12-01, and with this loop 2026-12-03).
 MANY_WARPS_FROM_BUDGET = 128
 
 
@@ -478,13 +492,34 @@ def build_tree_arrays(
 
 
 def launch_constants(budget: int, k: int, levels: bool) -> dict:
-    """The build kernels' constexprs at (budget, K): `_build_tree`'s, and with `levels` the two
-    `_build_tree_levels` adds (KP, LOGB). tree_step's one-launch kernel takes the same."""
+    """The build kernels' constexprs at (budget, K): `_build_tree`'s (with `key_constants`), or with `levels`
+    `_build_tree_levels`' (KP, LOGB added, no key layout). tree_step's one-launch kernel takes both."""
     nb = triton.next_power_of_2(budget)
     consts = dict(BUDGET=budget, K=k, B=rank_bits(k), NB=nb, NP=triton.next_power_of_2(budget + 1), COLS=min(nb, 16))
     if levels:
         consts.update(KP=triton.next_power_of_2(k), LOGB=nb.bit_length())
+    else:
+        consts.update(key_constants(budget, k))
     return consts
+
+
+def key_constants(budget: int, k: int) -> dict:
+    """The serial build's frontier key, depth << SD | rank << SR | counter << SC | slot: int32 (KEY32) where
+    slots up to next_power_of_2(budget), counters up to 2 * budget + 1, ranks up to K - 1 and depths up to
+    63 fit in 31 bits (budget 256, K 8: 9 + 10 + 3 + 6), else int64 (12, 20, 12 bits and the depth above).
+    The int32 key: H200 2026-12-03, build alone in a CUDA graph, with the runner-up's parent score left out
+    of the reduction: budget 256 100.8 us against 108.3, 64 21.5 against 23.6, 15 9.7 against 9.9."""
+    nb = triton.next_power_of_2(budget)
+    sc = nb.bit_length()
+    sr = sc + (2 * budget + 2).bit_length()
+    sd = sr + rank_bits(k)
+    if sd + 6 <= 31:
+        return dict(KEY32=True, SD=sd, SR=sr, SC=sc, KNONE=2**31 - 1)
+    return dict(INT64_KEYS)
+
+
+# The int64 frontier key (supports(): budget and K below 4096): slot 12 bits, counter 20, rank 12, depth above.
+INT64_KEYS = dict(KEY32=False, SD=44, SR=32, SC=12, KNONE=2**63 - 1)
 
 
 def workspaces(budget: int, levels: bool, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

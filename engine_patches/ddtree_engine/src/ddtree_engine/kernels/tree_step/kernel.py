@@ -50,7 +50,8 @@ def _fused_build(
     prefix_ptr, max_depth, mask_ptr, packed_ptr, pos_ptr, fc_ptr, ns_ptr, N, W,
     K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr, GROUP: tl.constexpr, CP: tl.constexpr,
     BUDGET: tl.constexpr, B: tl.constexpr, NB: tl.constexpr, NP: tl.constexpr, COLS: tl.constexpr,
-    LEVELS: tl.constexpr, LOGB: tl.constexpr, BR: tl.constexpr, WP: tl.constexpr,
+    LEVELS: tl.constexpr, LOGB: tl.constexpr, BR: tl.constexpr, WP: tl.constexpr, KEY32: tl.constexpr,
+    SD: tl.constexpr, SR: tl.constexpr, SC: tl.constexpr, KNONE: tl.constexpr,
 ):
     row = tl.program_id(0)
     _chunk_keys(logits_ptr, stride_row, V, NCHUNK, keys_ptr, max_ptr, sum_ptr, row, tl.program_id(1), K, KP, BLOCK, GROUP)
@@ -68,7 +69,7 @@ def _fused_build(
                                    rank_ptr, score_ptr, n_ptr, BUDGET, K, KP, B, NB, NP, COLS, LOGB)
             else:
                 _build_tree(vals_ptr, ids_ptr, root_ptr, L, spine, ws_ptr, ws_score_ptr, tok_ptr, par_ptr, dep_ptr,
-                            rank_ptr, score_ptr, n_ptr, BUDGET, K, B, NB, NP, COLS)
+                            rank_ptr, score_ptr, n_ptr, BUDGET, K, B, NB, NP, COLS, KEY32, SD, SR, SC, KNONE)
             tl.debug_barrier()
             for row0 in range(0, N, BR):
                 _compile_rows(row0, par_ptr, dep_ptr, n_ptr, prefix_ptr, max_depth, mask_ptr, packed_ptr, pos_ptr,
@@ -100,6 +101,7 @@ class FusedBuild:
         # The three kernels' constexprs (KP and NP, named by two of them, are the same values) and
         # both selections' (the kernel names them all; LEVELS picks one).
         self.shape = {**topk_consts, **build_kernel.launch_constants(budget, step.k, True),
+                      **build_kernel.key_constants(budget, step.k),
                       **mask_kernel.launch_constants(self.n_out, FUSED_COMPILE_ROWS), "LEVELS": self.levels}
 
     def __call__(self, draft_logits: torch.Tensor, root: torch.Tensor, prefix_len: torch.Tensor) -> None:
