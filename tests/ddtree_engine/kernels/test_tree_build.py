@@ -113,19 +113,15 @@ def test_the_int64_frontier_keys_on_every_shape(name):
     logits, budget, topk, spine = CASES[name]
     k = min(topk, budget, logits.shape[1])
     vals, ids = topk_reference.sorted_topk_logprobs(logits, k)
-    assert kernel.key_constants(budget, k)["KEY32"]
-    out = (*(torch.empty(budget + 1, dtype=torch.int64, device=DEVICE) for _ in range(4)),
-           torch.empty(budget + 1, dtype=torch.float64, device=DEVICE), torch.empty(1, dtype=torch.int64, device=DEVICE))
-    ws, ws_score = kernel.workspaces(budget, False, torch.device(DEVICE))
-    consts = {**kernel.launch_constants(budget, k, False), **kernel.INT64_KEYS}
-    kernel._build_tree[(1,)](vals.to(DEVICE).contiguous(), ids.to(DEVICE).contiguous(), torch.tensor([5], device=DEVICE), vals.shape[0],
-                             min(spine, vals.shape[0], budget), ws, ws_score, *out, **consts, num_warps=1)
-    _assert_same(name, tuple(a.cpu() for a in out), reference.build_tree_arrays(vals, ids, budget, 5, spine))
+    assert kernel.key_constants(budget, k)["KNONE"] == 2**31 - 1
+    got = kernel.build_tree_arrays(vals.to(DEVICE), ids.to(DEVICE), budget, torch.tensor([5], device=DEVICE), spine,
+                                   num_warps=1, key_layout=kernel.INT64_KEYS)
+    _assert_same(name, tuple(a.cpu() for a in got), reference.build_tree_arrays(vals, ids, budget, 5, spine))
 
 
 def test_the_key_layout_fits_its_fields():
     """int32 at the served budgets (K 8 up to 256 and beyond), int64 where a field would overflow 31 bits."""
-    assert all(kernel.key_constants(b, 8)["KEY32"] for b in (1, 15, 22, 64, 256, 511))
+    assert all(kernel.key_constants(b, 8)["KNONE"] == 2**31 - 1 for b in (1, 15, 22, 64, 256, 511))
     assert kernel.key_constants(1000, 16) == kernel.INT64_KEYS and kernel.key_constants(4095, 4095) == kernel.INT64_KEYS
     for budget, k in ((1, 1), (15, 8), (256, 8), (300, 16), (511, 8)):
         c = kernel.key_constants(budget, k)

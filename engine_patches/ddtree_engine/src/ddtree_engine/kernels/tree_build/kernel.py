@@ -24,33 +24,19 @@ same day, the two-pops build measured 108.3, 23.6, 9.9 beside it).
 Tried in the same sweep and slower: the warps' partial bests through a global scratch with one barrier
 instead of Triton's shared-memory exchange (143 us at 256, one pop a reduction), and the value loads
 issued one pop ahead (126.8); with no value loads at all the loop is only 8 us faster (116.9).
+Four pops a reduction (the frontier's best four by a bitonic merge, the round's later pops chosen among them
+and the earlier pops' proposals in a scalar sorted list) gave the same trees and was slower: 109.3 us at 256
+against 100.8, 23.4 at 64 against 21.5 (H200 2026-12-03 11:01, benchmarks/results/
+build_four_pops_sweep_20261203.json). Triton reduces a tuple across warps one value at a time (a store, a
+barrier and a load each), and a round is a chain of such latencies: ~390 sm_90 instructions, ~0.7 us.
 
 After the loop (`budget` pops, fixed), the chosen nodes are laid out depth-major: a
 node's place is 1 + the number of chosen nodes with a smaller (depth, rank path) key, where the
 rank path r1..rd packs into B bits per level (B = bits of K - 1), which is the reference's
 order (by depth, then the parent's place, then rank).
 
-`method="levels"` (`_build_tree_levels`, no spine) makes the same choice without the `budget` pops,
-after reference.select_by_levels: each level keeps the top-`budget` children of the level kept before
-it, ordered by (-score, rank, parent's place), and a running best-`budget` set G absorbs each level
-(-score, then depth, then place: G's nodes are shallower and win ties). Both are merges of sorted
-lists, so every rank is a count of binary searches: a child (p, r) lands at p plus, for each other
-rank r', the r'-children of parents scoring so that they come first (sums compared as the
-reference adds them, ties to the lower rank); a node of the level lands after G's nodes not below
-it, a node of G after the level's nodes above it. L - 1 rounds of K - 1 searches (log2 budget + 1
-steps each) replace `budget` serial reductions, and fewer: only the nodes that entered G have
-children worth ranking (one G leaves out is beaten by `budget` shallower nodes, so are its
-descendants), and once a level adds nothing to G the deeper ones are skipped. The layout is the
-serial kernel's, on keys packed while the levels grow (depth, then the rank path with the root side
-most significant). Equal to the reference on every tree shape and at the real budgets
-(tests/ddtree_engine/kernels/test_tree_build.py and, on the H200, -k "real or more_warps").
-
-Measured on the H200 (benchmarks/bench_tree_step.py, 2026-12-03 08:31 run, build alone in a CUDA graph,
-serial with two pops a reduction and int32 keys): on random logits, whose trees are shallow (budget 256: 3
-deep), levels at 8 warps is 1.04x the serial build at budget 256 (97.3 against 101.3 us) and slower at 64
-(23.2 against 21.1); on peaked logits (one token per depth far ahead, the shape a confident drafter gives: 15
-deep) it is 4-5x slower at every budget (budget 256: 409.2 against 106.0 us), since each level is a round of
-searches whatever it adds. A drafter's trees are deep, so "serial" stays the default.
+`method="levels"` (levels.py: `_build_tree_levels`, no spine) makes the same choice level by level;
+faster on shallow trees only, so "serial" stays the default.
 """
 
 from __future__ import annotations
@@ -59,22 +45,27 @@ import torch
 import triton
 import triton.language as tl
 
-# Globals a kernel reads must be tl.constexpr (Triton refuses plain globals when compiling).
-_NONE = tl.constexpr(9223372036854775807)  # a layout key after every chosen node's (padding rows)
-_KEY_BITS = tl.constexpr(56)  # rank-path bits below the depth in the layout key
+from .layout import _KEY_BITS, _NONE, _count_below, _write_tree
+from .levels import _build_tree_levels
+
+
+@triton.jit
+def _before(s1, k1, s2, k2):
+    """Whether the frontier entry (s1, k1) pops before (s2, k2): the higher score, then the lower key."""
+    return (s1 > s2) | ((s1 == s2) & (k1 < k2))
 
 
 @triton.jit
 def _top2(a1s, a1k, a1p, a2s, a2k, b1s, b1k, b1p, b2s, b2k):
-    """Combine two (best, runner-up) pairs, each ordered, into the best two: (score, key, parent score) of the
+    """Combine two (best, runner-up) pairs, each in pop order (`_before`), into the best two: (score, key, parent score) of the
     best, (score, key) of the runner-up (a second pop's sibling is scored in the frontier, not as a scalar)."""
-    a_first = (a1s > b1s) | ((a1s == b1s) & (a1k < b1k))
+    a_first = _before(a1s, a1k, b1s, b1k)
     # The runner-up: a's second against b's first, or a's first against b's second.
     xs = tl.where(a_first, a2s, a1s)
     xk = tl.where(a_first, a2k, a1k)
     ys = tl.where(a_first, b1s, b2s)
     yk = tl.where(a_first, b1k, b2k)
-    x_first = (xs > ys) | ((xs == ys) & (xk < yk))
+    x_first = _before(xs, xk, ys, yk)
     return (tl.where(a_first, a1s, b1s), tl.where(a_first, a1k, b1k), tl.where(a_first, a1p, b1p),
             tl.where(x_first, xs, ys), tl.where(x_first, xk, yk))
 
@@ -121,28 +112,6 @@ def _place(f_score, f_pscore, f_key, slot, active, q, sib_s, sib_k, has_child, c
 
 
 @triton.jit
-def _write_tree(
-    place, par_place, dep, rnk, score, cm, n_chosen, root_ptr, ids_ptr, tok_ptr, par_ptr, dep_ptr, rank_ptr, score_ptr,
-    n_ptr, BUDGET: tl.constexpr, K: tl.constexpr, NP: tl.constexpr,
-):
-    """Both builds' output: each chosen node (cm) at its place, the root at 0, padding after the last."""
-    root = tl.load(root_ptr)
-    tl.store(tok_ptr + place, tl.load(ids_ptr + dep * K + rnk, mask=cm, other=0), mask=cm)
-    tl.store(par_ptr + place, par_place, mask=cm)
-    tl.store(dep_ptr + place, dep.to(tl.int64) + 1, mask=cm)
-    tl.store(rank_ptr + place, rnk.to(tl.int64), mask=cm)
-    tl.store(score_ptr + place, score, mask=cm)
-    ni = tl.arange(0, NP)
-    rest = (ni < BUDGET + 1) & ((ni == 0) | (ni > n_chosen))
-    tl.store(tok_ptr + ni, tl.zeros([NP], dtype=tl.int64) + root, mask=rest)
-    tl.store(par_ptr + ni, tl.full([NP], -1, tl.int64), mask=rest)
-    tl.store(dep_ptr + ni, tl.zeros([NP], dtype=tl.int64), mask=rest)
-    tl.store(rank_ptr + ni, tl.full([NP], -1, tl.int64), mask=rest)
-    tl.store(score_ptr + ni, tl.where(ni == 0, 0.0, float("-inf")).to(tl.float64), mask=rest)
-    tl.store(n_ptr, (n_chosen + 1).to(tl.int64))
-
-
-@triton.jit
 def _build_tree(
     vals_ptr,
     ids_ptr,
@@ -163,14 +132,13 @@ def _build_tree(
     NB: tl.constexpr,
     NP: tl.constexpr,
     COLS: tl.constexpr,
-    KEY32: tl.constexpr,
     SD: tl.constexpr,
     SR: tl.constexpr,
     SC: tl.constexpr,
     KNONE: tl.constexpr,
 ):
     slot = tl.arange(0, NB)
-    KT = tl.int32 if KEY32 else tl.int64  # the frontier's keys (key_constants: int32 where the fields fit)
+    KT = tl.int32 if KNONE == 2**31 - 1 else tl.int64  # the frontier's keys (key_constants: int32 where they fit)
     # Slot 0: the root's first child (depth 0, rank 0, counter 0).
     v00 = tl.load(vals_ptr).to(tl.float64)
     f_score = tl.where(slot == 0, 0.0 + v00, float("-inf"))
@@ -202,10 +170,10 @@ def _build_tree(
             s1, k1, p1, c1, counter, act1, vals_ptr, ws_ptr, ws_score_ptr, L, K, NB, SD, SR, SC, KNONE)
         n_chosen += act1.to(tl.int32)
         # The second pop: the runner-up, or one of the first pop's proposals if it beats it.
-        take = (sib1_s > s2) | ((sib1_s == s2) & (sib1_k < k2))
+        take = _before(sib1_s, sib1_k, s2, k2)
         s2 = tl.where(take, sib1_s, s2)
         k2 = tl.where(take, sib1_k, k2)
-        take = (ch1_s > s2) | ((ch1_s == s2) & (ch1_k < k2))
+        take = _before(ch1_s, ch1_k, s2, k2)
         s2 = tl.where(take, ch1_s, s2)
         k2 = tl.where(take, ch1_k, k2)
         act2 = (it + 1 < BUDGET) & (k2 != KNONE)
@@ -249,162 +217,6 @@ def _build_tree(
                 score_ptr, n_ptr, BUDGET, K, NP)
 
 
-@triton.jit
-def _count_below(keys_ptr, n, rows_key, NB: tl.constexpr, COLS: tl.constexpr):
-    """Per row of rows_key [NB, 1]: how many of the first n keys at keys_ptr are smaller (int32), COLS
-    keys at a time, each tile loaded as a row ([1, COLS]) against the column. Measured on the H200 (2026-12-03,
-    build alone in a CUDA graph, the loop's pops skipped): budget 256 5.3 us against 21.9 with the 1-D keys
-    expanded to both axes, budget 64 5.1 against 8.3."""
-    count = tl.zeros([NB], dtype=tl.int32)
-    for j0 in range(0, NB, COLS):
-        cj = j0 + tl.arange(0, COLS)
-        kj = tl.load(keys_ptr + cj[None, :], mask=cj[None, :] < n, other=_NONE)
-        count += tl.sum((kj < rows_key).to(tl.int32), axis=1)
-    return count
-
-
-@triton.jit
-def _count_ahead(base_ptr, n, x, STRICT: tl.constexpr, LOGB: tl.constexpr):
-    """Per element of x: how many of the first n values at base_ptr (non-increasing) are > x (STRICT)
-    or >= x; a binary search of LOGB steps (n < 2 ** LOGB), all elements at once."""
-    lo = tl.zeros(x.shape, dtype=tl.int32)
-    hi = lo + n
-    for _ in range(LOGB):
-        act = lo < hi
-        mid = (lo + hi) >> 1
-        y = tl.load(base_ptr + mid, mask=act, other=0.0)
-        if STRICT:
-            ahead = y > x
-        else:
-            ahead = y >= x
-        lo = tl.where(act & ahead, mid + 1, lo)
-        hi = tl.where(act & (ahead == 0), mid, hi)
-    return lo
-
-
-@triton.jit
-def _build_tree_levels(
-    vals_ptr,
-    ids_ptr,
-    root_ptr,
-    L,
-    ws_ptr,
-    ws_score_ptr,
-    tok_ptr,
-    par_ptr,
-    dep_ptr,
-    rank_ptr,
-    score_ptr,
-    n_ptr,
-    BUDGET: tl.constexpr,
-    K: tl.constexpr,
-    KP: tl.constexpr,
-    B: tl.constexpr,
-    NB: tl.constexpr,
-    NP: tl.constexpr,
-    COLS: tl.constexpr,
-    LOGB: tl.constexpr,
-):
-    # Workspace: scores (fp64) and codes (int64) of the level before and this one (2 x NB each), and of
-    # the best nodes so far, G, before and after this level's merge (2 x NB each).
-    GS = 2 * NB
-    pi = tl.arange(0, NB)
-    ri = tl.arange(0, KP)
-    top = B * (L - 1)  # the rank path, root side most significant: depth 0's rank sits at bits top..top+B
-    # Level 0: the root's children in rank order, the first min(K, BUDGET) of them.
-    # Loop-carried scalars start as tensors (a constexpr start would change type in the loop).
-    n_prev = tl.minimum(tl.program_id(0) * 0 + K, BUDGET)
-    v0 = 0.0 + tl.load(vals_ptr + ri, mask=ri < n_prev, other=0.0).to(tl.float64)
-    c0 = ri.to(tl.int64) << top
-    tl.store(ws_score_ptr + ri, v0, mask=ri < n_prev)
-    tl.store(ws_ptr + ri, c0, mask=ri < n_prev)
-    tl.store(ws_score_ptr + GS + ri, v0, mask=ri < n_prev)
-    tl.store(ws_ptr + GS + ri, c0, mask=ri < n_prev)  # depth 0 in the key's top bits
-    n_g = n_prev
-    g_off = n_prev * 0 + GS  # where G is now (it moves between its two halves with each merge)
-    tl.debug_barrier()
-    for d in range(1, L):
-        # Only the nodes that entered G have children worth a look: a node G leaves out is beaten by BUDGET
-        # shallower nodes, and so is every descendant of it. Once a level adds nothing, no deeper one can.
-        if n_prev > 0:
-            prev = ((d - 1) % 2) * NB  # the level before, then this one, alternate in the workspace's first 2 x NB
-            cur = (d % 2) * NB
-            # Candidates (p, r): child r of the level's p-th node. Each rank's column is already in the
-            # level's order (-score, rank, parent's place), so a candidate's place in the merged level is p
-            # plus, per other rank r', the r'-children ahead of it: a score above (r' > r) or not below
-            # (r' < r) its own, one binary search in the parents' scores each.
-            p2 = pi[:, None] + ri[None, :] * 0
-            r2 = pi[:, None] * 0 + ri[None, :]
-            # (p, r) comes after every (p', r') with p' <= p and r' <= r, so from (p + 1)(r + 1) > BUDGET on
-            # it cannot be kept: no searches for it.
-            ok = (p2 < n_prev) & (r2 < K) & ((p2 + 1) * (r2 + 1) <= BUDGET)
-            s_par = tl.load(ws_score_ptr + prev + pi, mask=pi < n_prev, other=0.0)
-            v = tl.load(vals_ptr + d * K + ri, mask=ri < K, other=0.0).to(tl.float64)
-            t = s_par[:, None] + v[None, :]
-            place = p2
-            for rr in range(K):
-                v_rr = tl.load(vals_ptr + d * K + rr).to(tl.float64)
-                # #{p' : s[p'] + v_rr beats t}: s[p'] > t - v_rr is not the same in floating point, so search
-                # on the sums themselves (y + v_rr against t).
-                lo = tl.zeros([NB, KP], dtype=tl.int32)
-                hi = lo + n_prev
-                for _ in range(LOGB):
-                    act = ok & (lo < hi) & (r2 != rr)
-                    mid = (lo + hi) >> 1
-                    y = tl.load(ws_score_ptr + prev + mid, mask=act, other=0.0) + v_rr
-                    ahead = tl.where(rr < r2, y >= t, y > t)
-                    lo = tl.where(act & ahead, mid + 1, lo)
-                    hi = tl.where(act & (ahead == 0), mid, hi)
-                place += tl.where(r2 != rr, lo, 0)
-            keep = ok & (place < BUDGET)
-            code_par = tl.load(ws_ptr + prev + pi, mask=pi < n_prev, other=0)
-            code = code_par[:, None] | (r2.to(tl.int64) << (top - B * d))
-            tl.store(ws_score_ptr + cur + place, t, mask=keep)
-            tl.store(ws_ptr + cur + place, code, mask=keep)
-            n_cur = tl.minimum(n_prev * K, BUDGET)
-            tl.debug_barrier()
-            # Merge into G (every node of it shallower, so it wins ties): the best BUDGET so far, in order.
-            g_prev = g_off
-            g_cur = 2 * GS + NB - g_off  # the other half of G's 2 x NB
-            gs = tl.load(ws_score_ptr + g_prev + pi, mask=pi < n_g, other=0.0)
-            gk = tl.load(ws_ptr + g_prev + pi, mask=pi < n_g, other=0)
-            ls = tl.load(ws_score_ptr + cur + pi, mask=pi < n_cur, other=0.0)
-            lk = tl.load(ws_ptr + cur + pi, mask=pi < n_cur, other=0) | ((tl.zeros([NB], dtype=tl.int64) + d) << _KEY_BITS)
-            g_place = pi + _count_ahead(ws_score_ptr + cur, n_cur, gs, True, LOGB)
-            l_place = pi + _count_ahead(ws_score_ptr + g_prev, n_g, ls, False, LOGB)
-            g_keep = (pi < n_g) & (g_place < BUDGET)
-            l_keep = (pi < n_cur) & (l_place < BUDGET)
-            tl.store(ws_score_ptr + g_cur + g_place, gs, mask=g_keep)
-            tl.store(ws_ptr + g_cur + g_place, gk, mask=g_keep)
-            tl.store(ws_score_ptr + g_cur + l_place, ls, mask=l_keep)
-            tl.store(ws_ptr + g_cur + l_place, lk, mask=l_keep)
-            n_g = tl.minimum(n_g + n_cur, BUDGET)
-            n_prev = tl.sum(l_keep.to(tl.int32), axis=0)  # a prefix of the level: its order is G's
-            g_off = g_cur
-            tl.debug_barrier()
-    # G holds the choice. Layout as the serial kernel's: depth-major, then the rank path; a node's
-    # place is 1 + the number of chosen keys below its own, its parent's the same for the parent's key.
-    g_fin = g_off
-    cm = pi < n_g
-    key = tl.load(ws_ptr + g_fin + pi, mask=cm, other=_NONE)
-    score = tl.load(ws_score_ptr + g_fin + pi, mask=cm, other=0.0)
-    dep = (key >> _KEY_BITS).to(tl.int32)
-    shift = (top - B * dep).to(tl.int64)
-    rnk = ((key >> shift) & ((1 << B) - 1)).to(tl.int32)
-    # Both counts on the keys read back as a column (_count_below); the parent's key is the node's with
-    # its own rank cleared, one level up.
-    keyr = tl.load(ws_ptr + g_fin + pi[:, None], mask=cm[:, None], other=_NONE)
-    depr = keyr >> _KEY_BITS
-    shiftr = top - B * depr
-    one = tl.full([NB, 1], 1, tl.int64)
-    pkeyr = ((depr - 1) << _KEY_BITS) | ((keyr & ((one << _KEY_BITS) - 1)) & ~(((one << B) - 1) << shiftr))
-    place = _count_below(ws_ptr + g_fin, n_g, keyr, NB, COLS).to(tl.int64) + 1
-    pplace = _count_below(ws_ptr + g_fin, n_g, pkeyr, NB, COLS).to(tl.int64)
-    pplace = tl.where(dep > 0, pplace + 1, 0)
-    _write_tree(place, pplace, dep, rnk, score, cm, n_g, root_ptr, ids_ptr, tok_ptr, par_ptr, dep_ptr, rank_ptr,
-                score_ptr, n_ptr, BUDGET, K, NP)
-
-
 def rank_bits(k: int) -> int:
     """Bits per tree level of the layout key: enough for ranks 0 .. k - 1 (at least 1)."""
     return max(1, (k - 1).bit_length())
@@ -440,6 +252,7 @@ def build_tree_arrays(
     out: tuple[torch.Tensor, ...] | None = None,
     num_warps: int | None = None,
     method: str = "serial",
+    key_layout: dict | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The draft tree over the per-depth top-K, fixed shape N = budget + 1 (Triton).
 
@@ -453,6 +266,8 @@ def build_tree_arrays(
         method: "serial", the heap replayed pop by pop (`budget` steps), or "levels", the same choice
             level by level (`_build_tree_levels`: L - 1 merges of ranked candidates, no spine; with
             spine_depth > 0 it builds "serial"). Faster on shallow trees only (module docstring), so not the default.
+        key_layout: the serial build's frontier key layout, `key_constants(budget, K)` if None (int32 where
+            its fields fit); `INT64_KEYS` takes the int64 layout at any shape (the tests run both).
 
     Returns:
         (tokens, parents, depths, ranks [N] int64, scores [N] float64, num_nodes [1] int64),
@@ -483,6 +298,8 @@ def build_tree_arrays(
     levels = method == "levels" and spine == 0
     inputs = (vals.contiguous(), ids.contiguous(), root.to(torch.int64), depths)
     shape = dict(launch_constants(budget, k, levels), num_warps=num_warps or default_warps(budget))
+    if key_layout is not None and not levels:
+        shape.update(key_layout)
     ws, ws_score = workspaces(budget, levels, device)
     if levels:
         _build_tree_levels[(1,)](*inputs, ws, ws_score, *out, **shape)
@@ -504,8 +321,8 @@ def launch_constants(budget: int, k: int, levels: bool) -> dict:
 
 
 def key_constants(budget: int, k: int) -> dict:
-    """The serial build's frontier key, depth << SD | rank << SR | counter << SC | slot: int32 (KEY32) where
-    slots up to next_power_of_2(budget), counters up to 2 * budget + 1, ranks up to K - 1 and depths up to
+    """The serial build's frontier key, depth << SD | rank << SR | counter << SC | slot: int32 (the empty slot's
+    key KNONE 2**31 - 1, which tells the kernel the key type) where slots up to next_power_of_2(budget), counters up to 2 * budget + 1, ranks up to K - 1 and depths up to
     63 fit in 31 bits (budget 256, K 8: 9 + 10 + 3 + 6), else int64 (12, 20, 12 bits and the depth above).
     The int32 key: H200 2026-12-03, build alone in a CUDA graph, with the runner-up's parent score left out
     of the reduction: budget 256 100.8 us against 108.3, 64 21.5 against 23.6, 15 9.7 against 9.9."""
@@ -514,12 +331,12 @@ def key_constants(budget: int, k: int) -> dict:
     sr = sc + (2 * budget + 2).bit_length()
     sd = sr + rank_bits(k)
     if sd + 6 <= 31:
-        return dict(KEY32=True, SD=sd, SR=sr, SC=sc, KNONE=2**31 - 1)
+        return dict(SD=sd, SR=sr, SC=sc, KNONE=2**31 - 1)
     return dict(INT64_KEYS)
 
 
 # The int64 frontier key (supports(): budget and K below 4096): slot 12 bits, counter 20, rank 12, depth above.
-INT64_KEYS = dict(KEY32=False, SD=44, SR=32, SC=12, KNONE=2**63 - 1)
+INT64_KEYS = dict(SD=44, SR=32, SC=12, KNONE=2**63 - 1)
 
 
 def workspaces(budget: int, levels: bool, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

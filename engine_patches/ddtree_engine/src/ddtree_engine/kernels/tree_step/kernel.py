@@ -33,7 +33,8 @@ import triton.language as tl
 from ..topk_logprobs import kernel as topk_kernel
 from ..topk_logprobs.kernel import _chunk_keys, _merge_row
 from ..tree_build import kernel as build_kernel
-from ..tree_build.kernel import _build_tree, _build_tree_levels
+from ..tree_build.kernel import _build_tree
+from ..tree_build.levels import _build_tree_levels
 from ..tree_mask import kernel as mask_kernel
 from ..tree_mask.kernel import _compile_rows
 
@@ -50,7 +51,7 @@ def _fused_build(
     prefix_ptr, max_depth, mask_ptr, packed_ptr, pos_ptr, fc_ptr, ns_ptr, N, W,
     K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr, GROUP: tl.constexpr, CP: tl.constexpr,
     BUDGET: tl.constexpr, B: tl.constexpr, NB: tl.constexpr, NP: tl.constexpr, COLS: tl.constexpr,
-    LEVELS: tl.constexpr, LOGB: tl.constexpr, BR: tl.constexpr, WP: tl.constexpr, KEY32: tl.constexpr,
+    LEVELS: tl.constexpr, LOGB: tl.constexpr, BR: tl.constexpr, WP: tl.constexpr,
     SD: tl.constexpr, SR: tl.constexpr, SC: tl.constexpr, KNONE: tl.constexpr,
 ):
     row = tl.program_id(0)
@@ -69,7 +70,7 @@ def _fused_build(
                                    rank_ptr, score_ptr, n_ptr, BUDGET, K, KP, B, NB, NP, COLS, LOGB)
             else:
                 _build_tree(vals_ptr, ids_ptr, root_ptr, L, spine, ws_ptr, ws_score_ptr, tok_ptr, par_ptr, dep_ptr,
-                            rank_ptr, score_ptr, n_ptr, BUDGET, K, B, NB, NP, COLS, KEY32, SD, SR, SC, KNONE)
+                            rank_ptr, score_ptr, n_ptr, BUDGET, K, B, NB, NP, COLS, SD, SR, SC, KNONE)
             tl.debug_barrier()
             for row0 in range(0, N, BR):
                 _compile_rows(row0, par_ptr, dep_ptr, n_ptr, prefix_ptr, max_depth, mask_ptr, packed_ptr, pos_ptr,
