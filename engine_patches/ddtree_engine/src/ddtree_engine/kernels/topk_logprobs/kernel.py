@@ -242,7 +242,7 @@ def topk_logprobs(
     out = _outputs(draft_logits, k, out)
     if rows == 0:
         return out
-    keys, maxes, sums = first_pass(draft_logits, k, block, group, num_warps)
+    keys, maxes, sums = _first_pass(draft_logits, k, consts, num_warps)
     _merge_topk[(rows,)](keys, maxes, sums, keys.shape[1], out[0], out[1], K=k, KP=consts["KP"], CP=consts["CP"],
                          num_warps=merge_warps)
     return out
@@ -261,7 +261,12 @@ def first_pass(
     reads. Arguments as `topk_logprobs`; `out` the three buffers to fill. The benchmark times it alone."""
     rows, vocab = _check(draft_logits, k)
     consts = first_pass_constants(vocab, k, block, group)
-    draft_logits = rows_contiguous(draft_logits)
+    return _first_pass(rows_contiguous(draft_logits), k, consts, num_warps, out)
+
+
+def _first_pass(draft_logits, k, consts, num_warps, out=None):
+    """`first_pass` on checked, row-contiguous logits with its constants (topk_logprobs has them already)."""
+    rows, vocab = draft_logits.shape
     nchunk = triton.cdiv(vocab, consts["BLOCK"])
     keys, maxes, sums = out or first_pass_buffers(rows, nchunk, consts["KP"], draft_logits.device)
     if rows:
