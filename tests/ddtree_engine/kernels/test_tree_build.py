@@ -1,7 +1,7 @@
-"""The tree-build kernel (kernels/tree_build/kernel.py) against its reference, and the reference
-against core.tree.build_tree: identical arrays (tokens, parents, depths, ranks, scores bit for
-bit, num_nodes) on every tree shape (chain, star, full k-ary, random, depth 1, budget 0,
-exhausted candidates, ties, zero-probability tokens, spine reservation). Interpreter on a CPU
+"""The tree-build kernels (kernels/tree_build/kernel.py, serial; levels.py, level by level) against their
+reference, and the reference against core.tree.build_tree: identical arrays (tokens, parents, depths,
+ranks, scores bit for bit, num_nodes) on every tree shape (chain, star, full k-ary, random, depth 1,
+budget 0, exhausted candidates, ties, zero-probability tokens, spine reservation). Interpreter on a CPU
 host; natively, plus real budgets, on a GPU."""
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def test_the_int64_frontier_keys_on_every_shape(name):
     logits, budget, topk, spine = CASES[name]
     k = min(topk, budget, logits.shape[1])
     vals, ids = topk_reference.sorted_topk_logprobs(logits, k)
-    assert kernel.key_constants(budget, k)["KNONE"] == 2**31 - 1
+    assert kernel.key_constants(budget, k) != kernel.INT64_KEYS
     got = kernel.build_tree_arrays(vals.to(DEVICE), ids.to(DEVICE), budget, torch.tensor([5], device=DEVICE), spine,
                                    num_warps=1, key_layout=kernel.INT64_KEYS)
     _assert_same(name, tuple(a.cpu() for a in got), reference.build_tree_arrays(vals, ids, budget, 5, spine))
@@ -121,7 +121,7 @@ def test_the_int64_frontier_keys_on_every_shape(name):
 
 def test_the_key_layout_fits_its_fields():
     """int32 at the served budgets (K 8 up to 256 and beyond), int64 where a field would overflow 31 bits."""
-    assert all(kernel.key_constants(b, 8)["KNONE"] == 2**31 - 1 for b in (1, 15, 22, 64, 256, 511))
+    assert all(kernel.key_constants(b, 8)["KNONE"] == 2**31 - 1 for b in (1, 15, 22, 64, 256, 511))  # int32
     assert kernel.key_constants(1000, 16) == kernel.INT64_KEYS and kernel.key_constants(4095, 4095) == kernel.INT64_KEYS
     for budget, k in ((1, 1), (15, 8), (256, 8), (300, 16), (511, 8)):
         c = kernel.key_constants(budget, k)
@@ -217,6 +217,11 @@ def test_bad_inputs_are_refused():
         kernel.build_tree_arrays(vals, ids, 4, root, method="heap")
     with pytest.raises(ValueError, match="ceil"):
         kernel.build_tree_arrays(torch.zeros(15, 16, dtype=torch.float64), torch.zeros(15, 16, dtype=torch.long), 4, root)
+    # A key layout other than the shape's own or the int64 one would overflow its fields or mix two layouts.
+    for layout, method in ((kernel.key_constants(4, 2), "levels"), (kernel.INT64_KEYS, "levels"),
+                           ({"SC": 2}, "serial"), (kernel.key_constants(300, 2), "serial")):
+        with pytest.raises(ValueError, match="expected key_layout"):
+            kernel.build_tree_arrays(vals, ids, 4, root, key_layout=layout, method=method)
 
 
 @gpu

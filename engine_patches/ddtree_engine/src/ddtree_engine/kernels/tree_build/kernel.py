@@ -28,12 +28,10 @@ Four pops a reduction (the frontier's best four by a bitonic merge, the round's 
 and the earlier pops' proposals in a scalar sorted list) gave the same trees and was slower: 109.3 us at 256
 against 100.8, 23.4 at 64 against 21.5 (H200 2026-12-03 11:01, benchmarks/results/
 build_four_pops_sweep_20261203.json). Triton reduces a tuple across warps one value at a time (a store, a
-barrier and a load each), and a round is a chain of such latencies: ~390 sm_90 instructions, ~0.7 us.
+barrier and a load each), and a two-pop round is a chain of such latencies: ~390 sm_90 instructions, ~0.7 us.
 
-After the loop (`budget` pops, fixed), the chosen nodes are laid out depth-major: a
-node's place is 1 + the number of chosen nodes with a smaller (depth, rank path) key, where the
-rank path r1..rd packs into B bits per level (B = bits of K - 1), which is the reference's
-order (by depth, then the parent's place, then rank).
+After the loop (`budget` pops, fixed), the chosen nodes are laid out depth-major (layout.py), the rank
+path of each read off the workspace's parent links.
 
 `method="levels"` (levels.py: `_build_tree_levels`, no spine) makes the same choice level by level;
 faster on shallow trees only, so "serial" stays the default.
@@ -48,6 +46,9 @@ import triton.language as tl
 from .layout import _KEY_BITS, _NONE, _count_below, _write_tree
 from .levels import _build_tree_levels
 
+# The empty frontier slot's key in the int32 layout; the kernel reads the key type off it (else int64).
+_KNONE32 = tl.constexpr(2**31 - 1)
+
 
 @triton.jit
 def _before(s1, k1, s2, k2):
@@ -57,8 +58,9 @@ def _before(s1, k1, s2, k2):
 
 @triton.jit
 def _top2(a1s, a1k, a1p, a2s, a2k, b1s, b1k, b1p, b2s, b2k):
-    """Combine two (best, runner-up) pairs, each in pop order (`_before`), into the best two: (score, key, parent score) of the
-    best, (score, key) of the runner-up (a second pop's sibling is scored in the frontier, not as a scalar)."""
+    """Combine two (best, runner-up) pairs, each in pop order (`_before`), into the best two: (score, key, parent
+    score) of the best, (score, key) of the runner-up (a second pop's sibling is scored in the frontier, not as
+    a scalar)."""
     a_first = _before(a1s, a1k, b1s, b1k)
     # The runner-up: a's second against b's first, or a's first against b's second.
     xs = tl.where(a_first, a2s, a1s)
@@ -138,7 +140,7 @@ def _build_tree(
     KNONE: tl.constexpr,
 ):
     slot = tl.arange(0, NB)
-    KT = tl.int32 if KNONE == 2**31 - 1 else tl.int64  # the frontier's keys (key_constants: int32 where they fit)
+    KT = tl.int32 if KNONE == _KNONE32 else tl.int64  # the frontier's keys (key_constants: int32 where they fit)
     # Slot 0: the root's first child (depth 0, rank 0, counter 0).
     v00 = tl.load(vals_ptr).to(tl.float64)
     f_score = tl.where(slot == 0, 0.0 + v00, float("-inf"))
@@ -265,9 +267,9 @@ def build_tree_arrays(
         num_warps: warps of the single program; None takes `default_warps(budget)`.
         method: "serial", the heap replayed pop by pop (`budget` steps), or "levels", the same choice
             level by level (`_build_tree_levels`: L - 1 merges of ranked candidates, no spine; with
-            spine_depth > 0 it builds "serial"). Faster on shallow trees only (module docstring), so not the default.
-        key_layout: the serial build's frontier key layout, `key_constants(budget, K)` if None (int32 where
-            its fields fit); `INT64_KEYS` takes the int64 layout at any shape (the tests run both).
+            spine_depth > 0 it builds "serial"). Faster on shallow trees only (levels.py), so not the default.
+        key_layout: the serial build's frontier key layout: None or `key_constants(budget, K)` (int32 where its
+            fields fit), or `INT64_KEYS` at any shape (the tests run both); not with method "levels".
 
     Returns:
         (tokens, parents, depths, ranks [N] int64, scores [N] float64, num_nodes [1] int64),
@@ -286,6 +288,10 @@ def build_tree_arrays(
         raise ValueError(f"expected a one-element root tensor on {vals.device}, got {tuple(root.shape)} on {root.device}")
     if method not in ("serial", "levels"):
         raise ValueError(f"expected method 'serial' or 'levels', got {method!r}")
+    serial_layouts = (INT64_KEYS, key_constants(budget, k))
+    if key_layout is not None and (key_layout not in serial_layouts or method == "levels"):
+        raise ValueError(f"expected key_layout None, key_constants({budget}, {k}) or INT64_KEYS with method 'serial', "
+                         f"got {key_layout} with method {method!r}")
     device = vals.device
     n_out = budget + 1
     if out is None:
@@ -298,7 +304,7 @@ def build_tree_arrays(
     levels = method == "levels" and spine == 0
     inputs = (vals.contiguous(), ids.contiguous(), root.to(torch.int64), depths)
     shape = dict(launch_constants(budget, k, levels), num_warps=num_warps or default_warps(budget))
-    if key_layout is not None and not levels:
+    if key_layout is not None:
         shape.update(key_layout)
     ws, ws_score = workspaces(budget, levels, device)
     if levels:
@@ -321,17 +327,27 @@ def launch_constants(budget: int, k: int, levels: bool) -> dict:
 
 
 def key_constants(budget: int, k: int) -> dict:
-    """The serial build's frontier key, depth << SD | rank << SR | counter << SC | slot: int32 (the empty slot's
-    key KNONE 2**31 - 1, which tells the kernel the key type) where slots up to next_power_of_2(budget), counters up to 2 * budget + 1, ranks up to K - 1 and depths up to
-    63 fit in 31 bits (budget 256, K 8: 9 + 10 + 3 + 6), else int64 (12, 20, 12 bits and the depth above).
-    The int32 key: H200 2026-12-03, build alone in a CUDA graph, with the runner-up's parent score left out
-    of the reduction: budget 256 100.8 us against 108.3, 64 21.5 against 23.6, 15 9.7 against 9.9."""
+    """The serial build's frontier key layout, depth << SD | rank << SR | counter << SC | slot.
+
+    int32 where slots up to next_power_of_2(budget), counters up to 2 * budget + 1, ranks up to K - 1 and
+    depths up to 63 fit in 31 bits (budget 256, K 8: 9 + 10 + 3 + 6), else int64 (`INT64_KEYS`: 12, 20, 12 bits
+    and the depth above). The int32 key: H200 2026-12-03, build alone in a CUDA graph, with the runner-up's
+    parent score left out of the reduction: budget 256 100.8 us against 108.3, 64 21.5 against 23.6, 15 9.7
+    against 9.9.
+
+    Args:
+        budget: drafted nodes; k: candidates per depth.
+
+    Returns:
+        dict(SD, SR, SC: the fields' shifts, KNONE: the empty slot's key, the largest of the key type;
+        2**31 - 1 (`_KNONE32`) tells the kernel the keys are int32).
+    """
     nb = triton.next_power_of_2(budget)
     sc = nb.bit_length()
     sr = sc + (2 * budget + 2).bit_length()
     sd = sr + rank_bits(k)
     if sd + 6 <= 31:
-        return dict(SD=sd, SR=sr, SC=sc, KNONE=2**31 - 1)
+        return dict(SD=sd, SR=sr, SC=sc, KNONE=_KNONE32.value)
     return dict(INT64_KEYS)
 
 

@@ -32,7 +32,7 @@ class TreeStep:
         device: a CUDA device (or the CPU under TRITON_INTERPRET=1).
         spine_depth: reserve the top-1 chain down to this depth first.
         build_method: the build kernel's selection, "serial" (the heap, pop by pop) or "levels"
-            (tree_build/kernel.py: the same trees level by level; spines are built serially).
+            (tree_build/levels.py: the same trees level by level; spines are built serially).
         fused: run `build` as one kernel launch (tree_step/kernel.py: top-K, build and compile in
             the programs that finish last) instead of four; the same arrays.
         topk_block: tokens per program of the top-K's first pass (a power of two; tests make it
