@@ -14,13 +14,9 @@ import torch
 from ..dispatch import kernel_module, use_kernel
 from ..topk_logprobs import sorted_topk_logprobs
 from . import reference
+from .shapes import supports as kernel_supports
 
 __all__ = ["build_tree_arrays", "kernel_supports", "root_only"]
-
-
-def kernel_supports(depths: int, k: int, budget: int) -> bool:
-    """Whether the kernel can build this shape (see tree_build/kernel.py's `supports`)."""
-    return max(1, (k - 1).bit_length()) * depths <= 56 and budget < 4096 and k < 4096
 
 
 def root_only(root: torch.Tensor) -> tuple[torch.Tensor, ...]:

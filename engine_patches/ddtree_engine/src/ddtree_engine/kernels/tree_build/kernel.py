@@ -45,6 +45,7 @@ import triton.language as tl
 
 from .layout import _KEY_BITS, _NONE, _count_below, _write_tree
 from .levels import _build_tree_levels
+from .shapes import KEY_BITS, MAX_BUDGET_AND_K, rank_bits, supports
 
 # The empty frontier slot's key in the int32 layout; the kernel reads the key type off it (else int64).
 _KNONE32 = tl.constexpr(2**31 - 1)
@@ -219,17 +220,6 @@ def _build_tree(
                 score_ptr, n_ptr, BUDGET, K, NP)
 
 
-def rank_bits(k: int) -> int:
-    """Bits per tree level of the layout key: enough for ranks 0 .. k - 1 (at least 1)."""
-    return max(1, (k - 1).bit_length())
-
-
-def supports(depths: int, k: int, budget: int) -> bool:
-    """Whether the kernel takes this shape: the layout key must fit (B * L <= 56 bits), and
-    the frontier's slot and counter fields their 12 and 20 bits."""
-    return rank_bits(k) * depths <= _KEY_BITS.value and budget < 4096 and k < 4096
-
-
 # Budgets from which the build kernel takes 4 warps. Measured on the H200 in a CUDA graph
 # (benchmarks/bench_tree_step.py, 2026-12-03 08:31, two pops a reduction, int32 keys): budget 64 21.0 us at
 # 1 warp, 27.5 at 2, 26.3 at 4; budget 256 118.3 us at 1 warp, 124.0 at 2, 101.2 at 4, 117.9 at 8 (2026-12-01,
@@ -283,7 +273,7 @@ def build_tree_arrays(
     if budget < 1 or depths < 1:
         raise ValueError(f"expected budget >= 1 and L >= 1, got budget {budget}, L {depths}")
     if not supports(depths, k, budget):
-        raise ValueError(f"expected ceil(log2 K) * L <= {_KEY_BITS.value}, budget and K < 4096, got L {depths}, K {k}")
+        raise ValueError(f"expected ceil(log2 K) * L <= {KEY_BITS}, budget and K < {MAX_BUDGET_AND_K}, got L {depths}, K {k}")
     if root.numel() != 1 or root.device != vals.device:
         raise ValueError(f"expected a one-element root tensor on {vals.device}, got {tuple(root.shape)} on {root.device}")
     if method not in ("serial", "levels"):

@@ -9,9 +9,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .shapes import KEY_BITS
+
 # Globals a kernel reads must be tl.constexpr (Triton refuses plain globals when compiling).
 _NONE = tl.constexpr(9223372036854775807)  # a layout key after every chosen node's (padding rows)
-_KEY_BITS = tl.constexpr(56)  # rank-path bits below the depth in the layout key
+_KEY_BITS = tl.constexpr(KEY_BITS)  # rank-path bits below the depth in the layout key
 
 
 @triton.jit
