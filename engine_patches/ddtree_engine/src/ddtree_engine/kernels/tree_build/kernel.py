@@ -278,8 +278,7 @@ def build_tree_arrays(
         raise ValueError(f"expected a one-element root tensor on {vals.device}, got {tuple(root.shape)} on {root.device}")
     if method not in ("serial", "levels"):
         raise ValueError(f"expected method 'serial' or 'levels', got {method!r}")
-    serial_layouts = (INT64_KEYS, key_constants(budget, k))
-    if key_layout is not None and (key_layout not in serial_layouts or method == "levels"):
+    if key_layout is not None and (method == "levels" or key_layout not in (INT64_KEYS, key_constants(budget, k))):
         raise ValueError(f"expected key_layout None, key_constants({budget}, {k}) or INT64_KEYS with method 'serial', "
                          f"got {key_layout} with method {method!r}")
     device = vals.device
