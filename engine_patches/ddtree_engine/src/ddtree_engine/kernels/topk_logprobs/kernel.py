@@ -256,9 +256,16 @@ def first_pass(
     num_warps: int = 4,
     out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The first pass alone (`_chunk_topk`): each block's K best keys, max and sum of exponentials
-    ([L, blocks, KP] int64, [L, blocks] fp32, [L, blocks] fp64, `first_pass_buffers`), what the merge
-    reads. Arguments as `topk_logprobs`; `out` the three buffers to fill. The benchmark times it alone."""
+    """The first pass alone (`_chunk_topk`), what the merge reads; the benchmark times it alone.
+
+    Args:
+        draft_logits, k, block, group, num_warps: as `topk_logprobs`.
+        out: optional (keys, maxes, sums) buffers to fill, shaped as `first_pass_buffers` makes them.
+
+    Returns:
+        (keys [L, blocks, KP] int64, maxes [L, blocks] fp32, sums [L, blocks] fp64): each block's K best
+        keys, its max and its sum of exponentials.
+    """
     rows, vocab = _check(draft_logits, k)
     consts = first_pass_constants(vocab, k, block, group)
     return _first_pass(rows_contiguous(draft_logits), k, consts, num_warps, out)
@@ -278,9 +285,19 @@ def _first_pass(draft_logits, k, consts, num_warps, out=None):
 
 
 def first_pass_constants(vocab: int, k: int, block: int, group: int = DEFAULT_GROUP) -> dict:
-    """K, KP, BLOCK (`block`, a power of two, capped at V's next power of two), GROUP (`group`, a power
-    of two, capped at BLOCK) and CP (the blocks a row, to a power of two) of the two passes;
-    tree_step's one-launch kernel takes the same."""
+    """The two passes' constexprs; tree_step's one-launch kernel takes the same.
+
+    Args:
+        vocab: V, the row length; k: candidates per row.
+        block: tokens per program of the first pass, a power of two; group: tokens per group, a power of two.
+
+    Returns:
+        dict(K, KP: k to a power of two, BLOCK: `block` capped at V's next power of two, GROUP: `group` capped
+        at BLOCK, CP: the blocks a row to a power of two).
+
+    Raises:
+        ValueError: `block` or `group` not a power of two.
+    """
     for name, value in (("block", block), ("group", group)):
         if value < 1 or value & (value - 1):
             raise ValueError(f"expected {name} a power of two, got {name} {value}")
@@ -290,7 +307,14 @@ def first_pass_constants(vocab: int, k: int, block: int, group: int = DEFAULT_GR
 
 
 def first_pass_buffers(rows: int, nchunk: int, kp: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Each block's K best keys, max and sum of exponentials, what the first pass hands the merge."""
+    """Empty buffers for what the first pass hands the merge.
+
+    Args:
+        rows: L; nchunk: blocks a row; kp: K to a power of two; device: where to allocate.
+
+    Returns:
+        (keys [rows, nchunk, kp] int64, maxes [rows, nchunk] fp32, sums [rows, nchunk] fp64).
+    """
     return (
         torch.empty(rows, nchunk, kp, dtype=torch.int64, device=device),
         torch.empty(rows, nchunk, dtype=torch.float32, device=device),
@@ -299,5 +323,12 @@ def first_pass_buffers(rows: int, nchunk: int, kp: int, device) -> tuple[torch.T
 
 
 def rows_contiguous(draft_logits: torch.Tensor) -> torch.Tensor:
-    """`draft_logits` with stride 1 along V (the kernels index a row as one run of V values)."""
+    """Logits the kernels can index a row of as one run of V values.
+
+    Args:
+        draft_logits: [L, V] logits.
+
+    Returns:
+        `draft_logits` itself when its stride along V is 1, else a contiguous copy.
+    """
     return draft_logits if draft_logits.stride(1) == 1 else draft_logits.contiguous()

@@ -231,7 +231,14 @@ MANY_WARPS_FROM_BUDGET = 128
 
 
 def default_warps(budget: int) -> int:
-    """Warps of the build kernel's one program at `budget`: 1 up to budget 127, 4 from 128."""
+    """Warps of the build kernel's one program (the measurements above).
+
+    Args:
+        budget: drafted nodes.
+
+    Returns:
+        1 up to budget 127, 4 from 128 (`MANY_WARPS_FROM_BUDGET`).
+    """
     return 4 if budget >= MANY_WARPS_FROM_BUDGET else 1
 
 
@@ -304,8 +311,16 @@ def build_tree_arrays(
 
 
 def launch_constants(budget: int, k: int, levels: bool) -> dict:
-    """The build kernels' constexprs at (budget, K): `_build_tree`'s (with `key_constants`), or with `levels`
-    `_build_tree_levels`' (KP, LOGB added, no key layout). tree_step's one-launch kernel takes both."""
+    """The build kernels' constexprs at (budget, K); tree_step's one-launch kernel takes both sets.
+
+    Args:
+        budget: drafted nodes; k: candidates per depth.
+        levels: the levels build's constants instead of the serial build's.
+
+    Returns:
+        dict(BUDGET, K, B: rank bits, NB: budget to a power of two, NP: budget + 1 to a power of two, COLS: the
+        layout count's tile), plus `key_constants` for the serial build or KP and LOGB for the levels build.
+    """
     nb = triton.next_power_of_2(budget)
     consts = dict(BUDGET=budget, K=k, B=rank_bits(k), NB=nb, NP=triton.next_power_of_2(budget + 1), COLS=min(nb, 16))
     if levels:
@@ -345,8 +360,15 @@ INT64_KEYS = dict(SD=44, SR=32, SC=12, KNONE=2**63 - 1)
 
 
 def workspaces(budget: int, levels: bool, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The build's global workspace (int64, float64): the serial heap's chosen nodes, layout keys and
-    places (5 x NB) and scores (NB), or the levels build's two levels and two best sets (4 x NB each)."""
+    """The build's global workspace, NB = budget to a power of two.
+
+    Args:
+        budget: drafted nodes; levels: for the levels build; device: where to allocate.
+
+    Returns:
+        (int64, float64) tensors: the serial heap's chosen nodes, layout keys and places (5 x NB) and scores
+        (NB), or the levels build's two levels and two best sets (4 x NB each).
+    """
     nb = triton.next_power_of_2(budget)
     if levels:
         return torch.empty(4 * nb, dtype=torch.int64, device=device), torch.empty(4 * nb, dtype=torch.float64, device=device)
