@@ -13,7 +13,8 @@ sys.path.insert(0, "engine_patches/ddtree_engine/src")
 from ddtree_engine.kernels.tree_build import kernel as tk, reference as tr
 import triton
 
-SRC = r'''
+# Both loops' key layout (INT64_KEYS) and pop order (_before).
+PRELUDE = r'''
 #define SD 44
 #define SR 32
 #define SC 12
@@ -23,7 +24,9 @@ typedef long long i64;
 __device__ __forceinline__ bool before(double s1, i64 k1, double s2, i64 k2) {
   return (s1 > s2) || ((s1 == s2) && (k1 < k2));
 }
-extern "C" __global__ void build_loop(const double* __restrict__ vals_g, int L, int K, int spine, int budget, int NB,
+'''
+
+SRC = PRELUDE + r'''extern "C" __global__ void build_loop(const double* __restrict__ vals_g, int L, int K, int spine, int budget, int NB,
                                       int* ws, double* ws_score, int* n_out) {
   extern __shared__ double smem[];
   double* vals = smem;               // L*K
@@ -82,17 +85,7 @@ extern "C" __global__ void build_loop(const double* __restrict__ vals_g, int L, 
 }
 '''
 
-TUNED = r"""
-#define SD 44
-#define SR 32
-#define SC 12
-#define KNONE 0x7fffffffffffffffLL
-#define INFINITY __longlong_as_double(0x7ff0000000000000LL)
-typedef long long i64;
-__device__ __forceinline__ bool before(double s1, i64 k1, double s2, i64 k2) {
-  return (s1 > s2) || ((s1 == s2) && (k1 < k2));
-}
-extern "C" __global__ void build_loop_regs(const double* __restrict__ vals_g, int L, int K, int spine, int budget,
+TUNED = PRELUDE + r"""extern "C" __global__ void build_loop_regs(const double* __restrict__ vals_g, int L, int K, int spine, int budget,
                                            int NB, int* ws, double* ws_score, int* n_out) {
   extern __shared__ double vals[];
   const int lane = threadIdx.x;
