@@ -80,8 +80,19 @@ def _compare(name: str, logits: torch.Tensor, k: int, **params) -> None:
     assert vals.dtype == torch.float64 and diff < TOL, f"{name}: max abs diff {diff:.3e}"
 
 
+@pytest.fixture(params=["default", "tl.topk"])
+def selection(request, monkeypatch):
+    """Each case as the kernel runs here (on the CPU the interpreter takes the rounds, `_best_keys`) and with
+    the selections forced through `tl.topk`, as on the GPU."""
+    if request.param == "tl.topk":
+        import triton.language as tl
+
+        monkeypatch.setattr(kernel, "_TOPK", tl.constexpr(True))
+    return request.param
+
+
 @pytest.mark.parametrize("name", list(CASES))
-def test_kernel_matches_the_reference(name):
+def test_kernel_matches_the_reference(name, selection):
     logits, k = CASES[name]
     _compare(name, logits, k)
 
@@ -110,6 +121,16 @@ def test_block_borders_do_not_change_the_result(name, group):
     _compare(name, logits, k, block=block, group=group)
 
 
+@pytest.mark.parametrize("name", list(BLOCK_CASES))
+def test_block_borders_through_tl_topk(name, monkeypatch):
+    # The group stage's two selections and the merge's through `tl.topk` (the GPU's path), group 8.
+    import triton.language as tl
+
+    monkeypatch.setattr(kernel, "_TOPK", tl.constexpr(True))
+    logits, k, block = BLOCK_CASES[name]
+    _compare(name, logits, k, block=block, group=8)
+
+
 GROUP_CASES = {  # name: (logits, k, block, group): the group stage's own borders
     "the best K in one group": (torch.arange(600.0).repeat(2, 1).flip(1) / 10, 8, 64, 16),
     "ties across groups, first group wins": (_tied(2, 512, 23), 8, 256, 4),
@@ -122,7 +143,7 @@ GROUP_CASES = {  # name: (logits, k, block, group): the group stage's own border
 
 
 @pytest.mark.parametrize("name", list(GROUP_CASES))
-def test_groups_do_not_change_the_result(name):
+def test_groups_do_not_change_the_result(name, selection):
     logits, k, block, group = GROUP_CASES[name]
     _compare(name, logits, k, block=block, group=group)
 

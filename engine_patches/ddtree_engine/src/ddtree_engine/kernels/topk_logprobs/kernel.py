@@ -7,19 +7,30 @@ Two launches, both over fixed shapes (`topk_logprobs`):
   and writes the block's max, its sum of exp(x - max) (fp64), and its K best tokens as 64-bit
   keys. A key is the logit's bits mapped to an order-preserving integer in the high half and
   (2^31 - 1 - token id) in the low half, so one integer max picks the largest logit and, among
-  equal logits, the lowest id: the reference's stable-sort ties. K rounds of "max, then drop it",
-  after a group stage (`_chunk_keys`, GROUP = 8): the block's groups of 8 tokens ranked by their
-  best key, K rounds over the BLOCK / 8 group keys, then K rounds over the 8 tokens of each of the
-  K groups chosen (the K best tokens lie in them), so a round reduces 512 keys, not 4,096.
+  equal logits, the lowest id: the reference's stable-sort ties. A group stage first (`_chunk_keys`,
+  GROUP = 8): the block's groups of 8 tokens ranked by their best key, the K best of the BLOCK / 8 group
+  keys, then the K best of the 8 tokens of each of the K groups chosen (the K best tokens lie in them).
+  Each selection is Triton's bitonic top-k (`tl.topk`, in `_top_keys`).
 - `_merge_topk`: one program per row merges the blocks: logsumexp = M + log(sum_c s_c *
-  exp(m_c - M)), and the K best of the blocks' keys, decoded back to (logit, id). Log-probs are
-  written in fp64 as (x - M) - log(S), so equal logits in a row give bit-equal log-probs.
+  exp(m_c - M)), and the K best of the blocks' keys, decoded back to (logit, id): the K best blocks by
+  their first key, then the K best of those blocks' keys. Log-probs are written in fp64 as
+  (x - M) - log(S), so equal logits in a row give bit-equal log-probs.
 
 Measured on the H200 (benchmarks/bench_tree_step.py, [15, 151,936] bf16, K = 8, 2026-12-02 21:37): the
 pass in a CUDA graph 17.6 us with the group stage against 26.2 without it (1.48x, same run; the
 first pass alone 8.6 against 16.2 us in a profile); groups of 16 or 32 tokens 17.8-17.9, of 4 18.7. A split
 variant (S programs per row, each looping over tiles, keeping its K best online) took 48.8-54.6 us
 at S = 16/32/64 (2026-12-01) and was removed.
+The selections were K rounds of "max, then drop it" (`_best_keys`, kept for K = 1, for fewer than KP keys
+and for more than 1,024), each round a block-wide reduction and a barrier. With `tl.topk` instead, and the
+merge over the K best blocks only (H200 2026-12-03 ~18:25, benchmarks/results/topk_selection_20261203.{py,txt},
+same ids and log-probs as the rounds on the logits timed; per launch in a CUDA graph of 20): the first pass
+8.1 against 8.9 us (2048-token blocks 8.0 against 11.7), the merge 2.6 against 3.3 us with one warp (3.1
+against 3.6 with four; one is now the default), both 10.7 against 12.7 us; the pass in a graph of its own
+(bench_tree_step.py) 15.5 us, 0.97x the graphed argmax. Tried and slower: supergroups of 64 tokens before the
+groups (a third selection; first pass 11.2 us, an earlier run that afternoon), all-pairs ranks of 64 keys (a [64, 64] int64
+comparison: 255 registers and spills with Triton 3.6, 58.8 us, an earlier run), and `tl.topk` over the
+4,096 keys of a block without groups (above).
 
 Precision: the exponentials and the final log are fp32, the sums fp64, so log-probs agree with
 the float64 reference to about 1e-7; ids agree exactly (distinct fp32 logits give distinct float64
@@ -27,6 +38,8 @@ log-probs in the same order). NaN and +inf logits are not supported.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import triton
@@ -39,6 +52,13 @@ _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # ln 2 split so both halves are exact fp32 constants (Triton makes Python floats fp32).
 _LN2_HI = tl.constexpr(0.693145751953125)
 _LN2_LO = tl.constexpr(1.428606765330187e-06)
+# Whether the selections take `tl.topk` (`_top_keys`). Triton's interpreter runs it ~10x slower than the
+# rounds (0.5 s a program of 4,096 tokens), so under TRITON_INTERPRET=1 they take the rounds, the same
+# keys; tests/ddtree_engine/kernels/test_topk_kernel.py sets this to run its cases through `tl.topk` too.
+_TOPK = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") != "1")
+# The most keys `tl.topk` takes: measured faster than the rounds at 128 to 1,024 keys, slower at 4,096 (the
+# first pass without groups: the step 56.4 against 37.5 us at budget 15).
+_TOPK_MAX = tl.constexpr(1024)
 # Tokens per group of the first pass's group stage (`_chunk_keys`); 1 turns the stage off.
 DEFAULT_GROUP = 8
 
@@ -68,13 +88,12 @@ def _chunk_keys(
 ):
     """One block of one row: its max, sum of exp(x - max) and K best keys (the first pass).
 
-    GROUP = 1: K rounds of "max, then drop it" over the block's BLOCK keys. GROUP > 1: the block as
-    BLOCK / GROUP groups of GROUP consecutive tokens; K rounds over the groups' keys (a group's key is
-    its best token's: its max logit, ties to the lower group, which holds the lower id), then K rounds
-    over the GROUP tokens of each of the K groups chosen. The K best tokens lie in those groups: a
-    group holding one of them has a key at least that token's, and each group ranked above it has a
-    better token of its own, so fewer than K groups do. Same keys out, K * GROUP candidates instead of
-    BLOCK in the rounds.
+    GROUP = 1: the K best of the block's BLOCK keys (`_top_keys`). GROUP > 1: the block as BLOCK / GROUP
+    groups of GROUP consecutive tokens; the K best groups (a group's key is its best token's: its max logit,
+    ties to the lower group, which holds the lower id), then the K best of those groups' tokens. The K best
+    tokens lie in those groups: a group holding one of them has a key at least that token's, and each group
+    ranked above it has a better token of its own, so fewer than K do. Same keys out, K * GROUP candidates
+    instead of BLOCK in the second selection.
     """
     base_row = logits_ptr + row.to(tl.int64) * stride_row
     if GROUP == 1:
@@ -94,7 +113,7 @@ def _chunk_keys(
         m_safe = tl.where(m == float("-inf"), 0.0, m)
         s = tl.sum(tl.sum(tl.where(valid2, tl.exp(x2 - m_safe), 0.0).to(tl.float64), axis=1), axis=0)
         gkey = _keys(gmax, first, first < V)
-        chosen = _best_keys(gkey, K, KP)
+        chosen = _top_keys(gkey, K, KP)
         # The chosen groups' tokens, read again (from cache): a group's first token is its key's id.
         real = chosen != _SENTINEL
         cand = (0x7FFFFFFF - (chosen & 0xFFFFFFFF)).to(tl.int32)
@@ -103,15 +122,29 @@ def _chunk_keys(
         cx = tl.load(base_row + coffs, mask=cvalid, other=float("-inf")).to(tl.float32)
         key = tl.reshape(_keys(cx, coffs, cvalid), [KP * GROUP])
     base = (row * NCHUNK + chunk) * KP
-    tl.store(keys_ptr + base + tl.arange(0, KP), _best_keys(key, K, KP))
+    tl.store(keys_ptr + base + tl.arange(0, KP), _top_keys(key, K, KP))
     tl.store(max_ptr + row * NCHUNK + chunk, m)
     tl.store(sum_ptr + row * NCHUNK + chunk, s)
 
 
 @triton.jit
+def _top_keys(key, K: tl.constexpr, KP: tl.constexpr):
+    """The K largest of the 1-D keys `key` (real keys distinct), best first, in [KP] (sentinels where fewer
+    are real). Triton's bitonic top-k (`tl.topk`) where `key` holds KP to `_TOPK_MAX` keys and KP >= 2: it fills
+    all KP slots, so slots K .. KP - 1 hold the next best keys, which no caller reads as chosen (the merge
+    takes the K best of what it is given and stores K). Else, or where `_TOPK` is off (the interpreter), K
+    rounds of "max, then drop it" (`_best_keys`)."""
+    if _TOPK and (KP >= 2) and (key.shape[0] >= KP) and (key.shape[0] <= _TOPK_MAX):
+        out = tl.topk(key, KP)
+    else:
+        out = _best_keys(key, K, KP)
+    return out
+
+
+@triton.jit
 def _best_keys(key, K: tl.constexpr, KP: tl.constexpr):
     """The K largest of the distinct 1-D keys `key`, best first, in [KP] (sentinels after K, or where fewer
-    than K are real): K rounds of "max, then drop it". The first pass's two selections and the merge's."""
+    than K are real): K rounds of "max, then drop it" (`_top_keys` when fewer than KP keys)."""
     slots = tl.arange(0, KP)
     out = tl.full([KP], _SENTINEL, tl.int64)
     for j in tl.static_range(K):
@@ -152,15 +185,21 @@ def _merge_topk(
     K: tl.constexpr,
     KP: tl.constexpr,
     CP: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
-    _merge_row(keys_ptr, max_ptr, sum_ptr, NCHUNK, vals_ptr, ids_ptr, tl.program_id(0), K, KP, CP)
+    _merge_row(keys_ptr, max_ptr, sum_ptr, NCHUNK, vals_ptr, ids_ptr, tl.program_id(0), K, KP, CP, BLOCK)
 
 
 @triton.jit
-def _merge_row(keys_ptr, max_ptr, sum_ptr, NCHUNK, vals_ptr, ids_ptr, row, K: tl.constexpr, KP: tl.constexpr, CP: tl.constexpr):
+def _merge_row(keys_ptr, max_ptr, sum_ptr, NCHUNK, vals_ptr, ids_ptr, row, K: tl.constexpr, KP: tl.constexpr, CP: tl.constexpr,
+               BLOCK: tl.constexpr):
     """One row's log-probs and ids from its blocks (the second pass). The loads bypass L1 (.cg):
     tree_step's fused kernel runs this in the program that finished a row's blocks last, reading
-    what other programs of the same launch wrote."""
+    what other programs of the same launch wrote.
+
+    The K best keys: each block wrote its K best, best first, so the row's K best lie in the K blocks
+    whose first keys are best (as groups in `_chunk_keys`); the K best of those K blocks' keys are taken, the
+    block of a first key read off its token id (id // BLOCK). With no more blocks than KP, of all keys at once."""
     chunks = tl.arange(0, CP)
     cmask = chunks < NCHUNK
     m = tl.load(max_ptr + row * NCHUNK + chunks, mask=cmask, other=float("-inf"), cache_modifier=".cg")
@@ -175,10 +214,19 @@ def _merge_row(keys_ptr, max_ptr, sum_ptr, NCHUNK, vals_ptr, ids_ptr, row, K: tl
     e = ((tb >> 23) - 127).to(tl.float64)
     mant = ((tb & 0x007FFFFF) | 0x3F800000).to(tl.float32, bitcast=True)
     log_total = e * _LN2_HI + e * _LN2_LO + tl.log(mant).to(tl.float64)
-    cand = tl.arange(0, CP * KP)
-    key = tl.load(keys_ptr + row * NCHUNK * KP + cand, mask=cand < NCHUNK * KP, other=_SENTINEL, cache_modifier=".cg")
+    row_keys = keys_ptr + row * NCHUNK * KP
+    if CP <= KP:
+        cand = tl.arange(0, CP * KP)
+        key = tl.load(row_keys + cand, mask=cand < NCHUNK * KP, other=_SENTINEL, cache_modifier=".cg")
+    else:
+        heads = tl.load(row_keys + chunks * KP, mask=cmask, other=_SENTINEL, cache_modifier=".cg")
+        top = _top_keys(heads, K, KP)
+        top_chunk = (0x7FFFFFFF - (top & 0xFFFFFFFF)) // BLOCK
+        coffs = top_chunk[:, None] * KP + tl.arange(0, KP)[None, :]
+        key = tl.load(row_keys + coffs, mask=(top != _SENTINEL)[:, None], other=_SENTINEL, cache_modifier=".cg")
+        key = tl.reshape(key, [KP * KP])
     slots = tl.arange(0, KP)
-    best_keys = _best_keys(key, K, KP)
+    best_keys = _top_keys(key, K, KP)
     hi = (best_keys >> 32).to(tl.int32)
     bits = hi ^ ((hi >> 31) & 0x7FFFFFFF)
     x = bits.to(tl.float32, bitcast=True).to(tl.float64)
@@ -220,7 +268,7 @@ def topk_logprobs(
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
     group: int = DEFAULT_GROUP,
     num_warps: int = 4,
-    merge_warps: int = 4,
+    merge_warps: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The `k` most probable tokens per row of `draft_logits`, best first (Triton).
 
@@ -244,7 +292,7 @@ def topk_logprobs(
         return out
     keys, maxes, sums = _first_pass(draft_logits, k, consts, num_warps)
     _merge_topk[(rows,)](keys, maxes, sums, keys.shape[1], out[0], out[1], K=k, KP=consts["KP"], CP=consts["CP"],
-                         num_warps=merge_warps)
+                         BLOCK=consts["BLOCK"], num_warps=merge_warps)
     return out
 
 

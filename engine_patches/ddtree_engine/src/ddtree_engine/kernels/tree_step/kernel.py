@@ -60,7 +60,7 @@ def _fused_build(
     blocks_done = tl.atomic_add(count_ptr + row, 1, sem="acq_rel")
     if blocks_done == NCHUNK - 1:
         tl.store(count_ptr + row, 0)
-        _merge_row(keys_ptr, max_ptr, sum_ptr, NCHUNK, vals_ptr, ids_ptr, row, K, KP, CP)
+        _merge_row(keys_ptr, max_ptr, sum_ptr, NCHUNK, vals_ptr, ids_ptr, row, K, KP, CP, BLOCK)
         tl.debug_barrier()
         rows_done = tl.atomic_add(count_ptr + L, 1, sem="acq_rel")
         if rows_done == L - 1:
