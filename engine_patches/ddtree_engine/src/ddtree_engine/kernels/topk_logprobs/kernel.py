@@ -52,9 +52,10 @@ _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # ln 2 split so both halves are exact fp32 constants (Triton makes Python floats fp32).
 _LN2_HI = tl.constexpr(0.693145751953125)
 _LN2_LO = tl.constexpr(1.428606765330187e-06)
-# Whether the selections take `tl.topk` (`_top_keys`). Triton's interpreter runs it ~10x slower than the
-# rounds (0.5 s a program of 4,096 tokens), so under TRITON_INTERPRET=1 they take the rounds, the same
-# keys; tests/ddtree_engine/kernels/test_topk_kernel.py sets this to run its cases through `tl.topk` too.
+# Whether the selections take `tl.topk` (`_top_keys`). Triton's interpreter runs it ~17x slower than the
+# rounds (test_real_vocabulary_in_one_pass: 38.5 s against 2.2 s), so under TRITON_INTERPRET=1 they take
+# the rounds, the same keys; tests/ddtree_engine/kernels/test_topk_kernel.py sets this to run its cases
+# through `tl.topk` too.
 _TOPK = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") != "1")
 # The most keys `tl.topk` takes: measured faster than the rounds at 128 to 1,024 keys, slower at 4,096 (the
 # first pass without groups: the step 56.4 against 37.5 us at budget 15).
