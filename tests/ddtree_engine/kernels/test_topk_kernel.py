@@ -121,14 +121,16 @@ def test_block_borders_do_not_change_the_result(name, group):
     _compare(name, logits, k, block=block, group=group)
 
 
+@pytest.mark.parametrize("group", [1, 8])
 @pytest.mark.parametrize("name", list(BLOCK_CASES))
-def test_block_borders_through_tl_topk(name, monkeypatch):
-    # The group stage's two selections and the merge's through `tl.topk` (the GPU's path), group 8.
+def test_block_borders_through_tl_topk(name, group, monkeypatch):
+    # The first pass's selections (the block's keys with group 1, up to `_TOPK_MAX`; the group stage's two
+    # with group 8) and the merge's through `tl.topk`, the GPU's path.
     import triton.language as tl
 
     monkeypatch.setattr(kernel, "_TOPK", tl.constexpr(True))
     logits, k, block = BLOCK_CASES[name]
-    _compare(name, logits, k, block=block, group=8)
+    _compare(name, logits, k, block=block, group=group)
 
 
 GROUP_CASES = {  # name: (logits, k, block, group): the group stage's own borders

@@ -23,7 +23,7 @@ variant (S programs per row, each looping over tiles, keeping its K best online)
 at S = 16/32/64 (2026-12-01) and was removed.
 The selections were K rounds of "max, then drop it" (`_best_keys`, kept for K = 1, for fewer than KP keys
 and for more than 1,024), each round a block-wide reduction and a barrier. With `tl.topk` instead, and the
-merge over the K best blocks only (H200 2026-12-03 ~18:25, benchmarks/results/topk_selection_20261203.{py,txt},
+merge over the K best blocks only (H200 2026-12-03 ~17:45, benchmarks/results/topk_selection_20261203.{py,txt},
 same ids and log-probs as the rounds on the logits timed; per launch in a CUDA graph of 20): the first pass
 8.1 against 8.9 us (2048-token blocks 8.0 against 11.7), the merge 2.6 against 3.3 us with one warp (3.1
 against 3.6 with four; one is now the default), both 10.7 against 12.7 us; the pass in a graph of its own
@@ -57,7 +57,8 @@ _LN2_LO = tl.constexpr(1.428606765330187e-06)
 # the rounds, the same keys; tests/ddtree_engine/kernels/test_topk_kernel.py sets this to run its cases
 # through `tl.topk` too.
 _TOPK = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") != "1")
-# The most keys `tl.topk` takes: measured faster than the rounds at 128 to 1,024 keys, slower at 4,096 (the
+# The most keys `tl.topk` takes: faster than the rounds at 256 to 1,024 keys (the group stage of 2048-,
+# 4096- and 8192-token blocks), 0.2 us slower at 128 (1024-token blocks, one warp), much slower at 4,096 (the
 # first pass without groups: the step 56.4 against 37.5 us at budget 15).
 _TOPK_MAX = tl.constexpr(1024)
 # Tokens per group of the first pass's group stage (`_chunk_keys`); 1 turns the stage off.
@@ -132,9 +133,10 @@ def _chunk_keys(
 def _top_keys(key, K: tl.constexpr, KP: tl.constexpr):
     """The K largest of the 1-D keys `key` (real keys distinct), best first, in [KP] (sentinels where fewer
     are real). Triton's bitonic top-k (`tl.topk`) where `key` holds KP to `_TOPK_MAX` keys and KP >= 2: it fills
-    all KP slots, so slots K .. KP - 1 hold the next best keys, which no caller reads as chosen (the merge
-    takes the K best of what it is given and stores K). Else, or where `_TOPK` is off (the interpreter), K
-    rounds of "max, then drop it" (`_best_keys`)."""
+    all KP slots, so slots K .. KP - 1 hold the next best keys. Callers take the KP slots as a superset of the
+    K best: the first pass reads the tokens of all KP groups chosen, the merge the keys of all KP blocks
+    chosen, and only the merge's final K are stored as the result. Else, or where `_TOPK` is off (the
+    interpreter), K rounds of "max, then drop it" (`_best_keys`)."""
     if _TOPK and (KP >= 2) and (key.shape[0] >= KP) and (key.shape[0] <= _TOPK_MAX):
         out = tl.topk(key, KP)
     else:
@@ -145,7 +147,8 @@ def _top_keys(key, K: tl.constexpr, KP: tl.constexpr):
 @triton.jit
 def _best_keys(key, K: tl.constexpr, KP: tl.constexpr):
     """The K largest of the distinct 1-D keys `key`, best first, in [KP] (sentinels after K, or where fewer
-    than K are real): K rounds of "max, then drop it" (`_top_keys` when fewer than KP keys)."""
+    than K are real): K rounds of "max, then drop it" (`_top_keys` for K = 1, for fewer than KP or more than
+    `_TOPK_MAX` keys, and under the interpreter)."""
     slots = tl.arange(0, KP)
     out = tl.full([KP], _SENTINEL, tl.int64)
     for j in tl.static_range(K):
