@@ -14,7 +14,6 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import jinja2
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..config import Host
 from ..exceptions import CheckFailed, ConfigError, HostError
-from ..hosts.layout import MANIFEST_NAME, STATE_PATH, env_of_state, state_key, stored_manifest_path
+from ..hosts.layout import STATE_PATH, env_of_state, state_key, stored_manifest_path
 from ..hosts.probe import MANIFEST_SCRIPT
 from ..hosts.ssh import SSH, Transport
 

@@ -11,7 +11,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..progress import Progress, silent
 from ..config import Host, Project
 from ..exceptions import ConfigError
 from ..hosts import layout
