@@ -29,6 +29,10 @@ and the earlier pops' proposals in a scalar sorted list) gave the same trees and
 against 100.8, 23.4 at 64 against 21.5 (H200 2026-12-03 11:01, benchmarks/results/
 build_four_pops_sweep_20261203.json). Triton reduces a tuple across warps one value at a time (a store, a
 barrier and a load each), and a two-pop round is a chain of such latencies: ~390 sm_90 instructions, ~0.7 us.
+A sorted frontier instead of the heap (the head in registers, the rest sorted in a global double buffer, no
+reduction; H200 2026-12-04, benchmarks/results/build_sorted_frontier_20261204.json) gave the same trees and was
+98.5 us at 256 against 101.4, slower at 64 (30.0 against 21.7) and 15 (11.6 against 8.9): a pop is ~0.3 us of
+dependent scalar steps either way (its loop without barriers or value loads is only 11 % faster).
 
 After the loop (`budget` pops, fixed), the chosen nodes are laid out depth-major (layout.py), the rank
 path of each read off the workspace's parent links.
