@@ -33,6 +33,9 @@ A sorted frontier instead of the heap (the head in registers, the rest sorted in
 reduction; H200 2026-12-04, benchmarks/results/build_sorted_frontier_20261204.json) gave the same trees and was
 98.5 us at 256 against 101.4, slower at 64 (30.0 against 21.7) and 15 (11.6 against 8.9): a pop is ~0.3 us of
 dependent scalar steps either way (its loop without barriers or value loads is only 11 % faster).
+The reduction narrowed (the two int32 keys in one int64: 4 values; and the parent score from a mirrored workspace
+row: 3) gave the same trees and was slower too: 103.7 and 102.6 us at 256 against 100.9 (H200 2026-12-04,
+benchmarks/results/build_packed_reduction_20261204.json).
 
 After the loop (`budget` pops, fixed), the chosen nodes are laid out depth-major (layout.py), the rank
 path of each read off the workspace's parent links.
