@@ -6,15 +6,10 @@ Results: build_packed_reduction_20261204.json. Run from the repository root.
 """
 import sys, json, os, torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from build_packed_reduction_harness_20261204 import run, tr, reference, kernel, check
+from build_packed_reduction_harness_20261204 import run, tr, reference, check
 from triton.testing import do_bench
-def graphed(fn):
-    s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s): fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g): fn()
-    return g
+sys.path.insert(0, "benchmarks")
+from bench_tree_step import graphed  # the bench's CUDA-graph capture (a side-stream run first: Triton compiles there)
 bench = lambda fn: do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e3
 rows = []
 root = torch.tensor([1], device="cuda")

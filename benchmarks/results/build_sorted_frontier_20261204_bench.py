@@ -6,17 +6,12 @@ build_sorted_frontier_one_pop_20261204.py as that tree's tree_build/sorted.py). 
 import json, os, sys, torch
 sys.path.insert(0, "engine_patches/ddtree_engine/src")
 from triton.testing import do_bench
+sys.path.insert(0, "benchmarks")
+from bench_tree_step import graphed  # the bench's CUDA-graph capture (a side-stream run first: Triton compiles there)
 from ddtree_engine.kernels.tree_build import kernel, reference
 from ddtree_engine.kernels.topk_logprobs import reference as tr
 
 dev = "cuda"
-def graphed(fn):
-    s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s): fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g): fn()
-    return g
 bench = lambda fn: do_bench(fn, warmup=25, rep=150, return_mode="median") * 1e3
 res = {"times": [], "bad": []}
 root = torch.tensor([1], device=dev)

@@ -7,17 +7,12 @@ build_sorted_frontier_diag_20261204.json. Run from the repository root: python b
 import json, os, sys, torch
 sys.path.insert(0, "engine_patches/ddtree_engine/src"); sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from triton.testing import do_bench
+sys.path.insert(0, "benchmarks")
+from bench_tree_step import graphed  # the bench's CUDA-graph capture (a side-stream run first: Triton compiles there)
 from ddtree_engine.kernels.tree_build import kernel
 from ddtree_engine.kernels.topk_logprobs import reference as tr
 from build_sorted_frontier_diag_kernel_20261204 import _build_tree_sorted
 dev = "cuda"
-def graphed(fn):
-    s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s): fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g): fn()
-    return g
 bench = lambda fn: do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
 VARIANTS = {"base": {}, "no barrier": dict(NOBAR=True), "frontier loads .cg": dict(CM=".cg"), "frontier loads .ca": dict(CM=".ca"),
             "frontier loads .cv": dict(CM=".cv"), "vals loads .ca": dict(VCM=".ca"), "no vals loads": dict(VCONST=True),
