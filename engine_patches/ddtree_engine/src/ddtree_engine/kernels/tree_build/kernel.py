@@ -36,6 +36,10 @@ dependent scalar steps either way (its loop without barriers or value loads is o
 The reduction narrowed (the two int32 keys in one int64: 4 values; and the parent score from a mirrored workspace
 row: 3) gave the same trees and was slower too: 103.7 and 102.6 us at 256 against 100.9 (H200 2026-12-04,
 benchmarks/results/build_packed_reduction_20261204.json).
+No pops at all (the prefixes with D = sum_j prod_{i<=j} (r_i + 1) <= budget, a fixed set per shape: 293 at budget
+15 with K 8, but 892,786 at 256; scored at once, cut at the budget-th best by tl.topk, a boundary tie sent to this
+build) gave the same trees and was slower at the budgets it fits: 11.2 us at 15 against 9.1, 14.9 at 22 against 11.3
+(H200 2026-12-04, benchmarks/results/build_static_candidates_20261204.json; README "A selection with no pops at all").
 
 After the loop (`budget` pops, fixed), the chosen nodes are laid out depth-major (layout.py), the rank
 path of each read off the workspace's parent links.
