@@ -9,6 +9,7 @@ Layout under the cache dir (`~/.cache/ddtree-ops/wheelhouse/`):
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -122,12 +123,9 @@ def _build_engine_wheel(engine_dir: Path, out: Path) -> Path:
             engine_dir, src, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "build", "dist", "*.egg-info")
         )
         args = ["wheel", "--no-deps", "-w", str(out), str(src)]
-        try:
-            import setuptools  # noqa: F401  (present: build offline with it, no isolated env to download)
-
+        if importlib.util.find_spec("setuptools") is not None:
+            # Present: build offline with it, no isolated env to download.
             args.insert(1, "--no-build-isolation")
-        except ImportError:
-            pass
         _pip(args, f"building the engine wheel from {engine_dir}")
     wheels = sorted(out.glob("ddtree_engine-*.whl"))
     if not wheels:

@@ -13,10 +13,10 @@ This module imports `sglang.srt.server_args` (and so torch): the package's `regi
 it only after the version check.
 """
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import sglang.srt.server_args as _sglang_server_args
-from sglang.srt.arg_groups.arg_utils import A, Arg
+from sglang.srt.arg_groups.arg_utils import Arg
 
 HYBRID_MODES = ("safe", "spine", "unsafe")
 
@@ -51,27 +51,27 @@ class DDTreeServerArgs(_sglang_server_args.ServerArgs):
     # so the published `spec` config bag has these leaves too.
     _NS_PATH = "spec"
 
-    speculative_ddtree_budget: A[
+    speculative_ddtree_budget: Annotated[
         int,
         Arg(
             help="DDTREE only. Drafted tree nodes verified per step (the verify width is budget + 1). "
             "budget = block_size - 1 costs the same verify width as DFLASH.",
         ),
     ] = 15
-    speculative_ddtree_topk: A[
+    speculative_ddtree_topk: Annotated[
         int,
         Arg(
             help="DDTREE only. Candidate tokens kept per drafted depth (K = min(topk, budget)).",
         ),
     ] = 8
-    speculative_ddtree_spine_depth: A[
+    speculative_ddtree_spine_depth: Annotated[
         int,
         Arg(
             help="DDTREE only. Reserve the drafter's top-1 chain to this depth before best-first "
             "expansion (0 = off); at most min(budget, block_size - 1).",
         ),
     ] = 0
-    speculative_ddtree_hybrid_mode: A[
+    speculative_ddtree_hybrid_mode: Annotated[
         Literal["safe", "spine", "unsafe"],
         Arg(
             help="DDTREE only, hybrid (GDN/Mamba) targets. safe: each tree node's recurrent state comes "
@@ -80,7 +80,7 @@ class DDTreeServerArgs(_sglang_server_args.ServerArgs):
             "--speculative-ddtree-allow-hybrid-unsafe).",
         ),
     ] = "safe"
-    speculative_ddtree_allow_hybrid_unsafe: A[
+    speculative_ddtree_allow_hybrid_unsafe: Annotated[
         bool,
         Arg(
             help="DDTREE only. Allow --speculative-ddtree-hybrid-mode unsafe, which corrupts output on "
