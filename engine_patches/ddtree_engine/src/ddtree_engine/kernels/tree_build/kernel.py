@@ -40,6 +40,10 @@ No pops at all (the prefixes with D = sum_j prod_{i<=j} (r_i + 1) <= budget, a f
 15 with K 8, but 892,786 at 256; scored at once, cut at the budget-th best by tl.topk, a boundary tie sent to this
 build) gave the same trees and was slower at the budgets it fits: 11.2 us at 15 against 9.1, 14.9 at 22 against 11.3
 (H200 2026-12-04, benchmarks/results/build_static_candidates_20261204.json; README "A selection with no pops at all").
+A threshold selection (enumerate the prefixes scoring at least a lower bound of the budget-th best score, level
+by level with no ranking, then cut at the pool's budget-th best by a radix select) chose the same sets, ties
+flagged, in 30-53 us at budget 256 against this build's 97 (selection alone, a prototype: H200 2026-12-04,
+benchmarks/results/build_threshold_20261204.json; README "A threshold selection").
 
 After the loop (`budget` pops, fixed), the chosen nodes are laid out depth-major (layout.py), the rank
 path of each read off the workspace's parent links.
