@@ -42,8 +42,10 @@ build) gave the same trees and was slower at the budgets it fits: 11.2 us at 15 
 (H200 2026-12-04, benchmarks/results/build_static_candidates_20261204.json; README "A selection with no pops at all").
 A threshold selection (enumerate the prefixes scoring at least a lower bound of the budget-th best score, level
 by level with no ranking, then cut at the pool's budget-th best by a radix select) chose the same sets, ties
-flagged, in 30-53 us at budget 256 against this build's 97 (selection alone, a prototype: H200 2026-12-04,
-benchmarks/results/build_threshold_20261204.json; README "A threshold selection").
+flagged, in 30-53 us at budget 256 against this build's 97 on fp64 inputs (selection alone, a prototype: H200
+2026-12-04, benchmarks/results/build_threshold_20261204.json), but the step was slower on bf16 logits (238 against
+121 us at 256), whose equal log-probs put a tie at the boundary in most draws and so ran this build after it
+(build_threshold_step_20261204.*; README "A threshold selection").
 
 After the loop (`budget` pops, fixed), the chosen nodes are laid out depth-major (layout.py), the rank
 path of each read off the workspace's parent links.
