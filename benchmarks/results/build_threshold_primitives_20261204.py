@@ -7,6 +7,9 @@
 - radix: the same by a radix select (BITS-bit digits, tl.histogram per round, 64 / BITS rounds).
 - serial: today's serial build at budget 256 on random logits, same run.
 
+The capture takes bench_tree_step.graphed since the run (its side-stream warm-up runs all reps calls, not one);
+not re-run on the GPU after that change.
+
     python benchmarks/results/build_threshold_primitives_20261204.py [--out DIR]
 """
 
@@ -24,6 +27,9 @@ import triton.language as tl
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "engine_patches" / "ddtree_engine" / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_tree_step import graphed  # noqa: E402
 
 INTERP = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
@@ -88,15 +94,13 @@ def _radix_kth(keys_ptr, out_ptr, N: tl.constexpr, KSEL: tl.constexpr, BITS: tl.
 
 
 def graph_us(fn, reps: int, iters: int) -> float:
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
+    """Microseconds per call of fn: reps calls captured in one CUDA graph (bench_tree_step.graphed), replayed."""
+
+    def calls():
         for _ in range(reps):
             fn()
+
+    g = graphed(calls)
     g.replay()
     torch.cuda.synchronize()
     times = []
