@@ -21,7 +21,8 @@ tokens per group of its group stage (1: none) and warps (4096 / 8 / 4 is the def
 and against the pass without the group stage, as ratios from this run. Then each stage alone per budget
 (eager), and the compile in CUDA graphs by rows per program (1, 2, 4: the default, 16). Then the
 build kernel at budgets 64 and 256 in a CUDA graph with 1, 2, 4 and 8 warps (it takes kernel.default_warps: 1 below budget 128, 4 from it), each checked against the 1-warp tree.
-Each budget's row is followed by the same step without the top-K's group stage (topk_group=1, the pass
+Each budget's row (TreeStep's default build: serial, threshold from budget 256) is followed by the same step
+with the serial build and with the threshold build (TreeStep(build_method="threshold")), without the top-K's group stage (topk_group=1, the pass
 before it), with the level-by-level build (TreeStep(build_method=
 "levels")), with the one-launch build (TreeStep(fused=True): top-K, build and compile in one kernel)
 and with both, each checked against the serial step and timed in a CUDA graph; last the build alone, serial against levels at 1, 4 and 8 warps, in CUDA graphs.
@@ -124,7 +125,8 @@ def floor_rows(logits: torch.Tensor, root, prefix, bench, argmax_us: float, argm
         first = topk_kernel.first_pass(logits, step.k, block=step.topk_block)
         walk = lambda s=step: s.walk(choices)  # noqa: E731
         topk = lambda s=step: s.topk_kernel.topk_logprobs(logits, s.k, out=(s.vals, s.ids), **s.topk_params)  # noqa: E731
-        build = lambda s=step: s.build_kernel.build_tree_arrays(s.vals, s.ids, s.budget, root, 0, out=s.tree)  # noqa: E731
+        build = lambda s=step: s.build_kernel.build_tree_arrays(s.vals, s.ids, s.budget, root, 0, out=s.tree,  # noqa: E731
+                                                                 method=s.build_method)
         stages = [
             ("first pass + walk", [lambda s=step: topk_kernel.first_pass(logits, s.k, block=s.topk_block, out=first), walk]),
             ("+ merge", [topk, walk]),
@@ -243,7 +245,8 @@ def main() -> None:
         # The same step with the level-by-level build (tree_build kernel, method "levels") and with the
         # one-launch build (TreeStep(fused=True): top-K, build and compile in one kernel), each checked
         # against the serial step's arrays and timed in a CUDA graph.
-        for name, method, fused, group in (("no top-K groups", "serial", False, 1), ("levels", "levels", False, None),
+        for name, method, fused, group in (("serial", "serial", False, None), ("threshold", "threshold", False, None),
+                                           ("no top-K groups", "serial", False, 1), ("levels", "levels", False, None),
                                            ("fused", "serial", True, None), ("fused levels", "levels", True, None)):
             other = TreeStep(DEPTHS, VOCAB, budget, topk, device, build_method=method, fused=fused, topk_group=group)
 

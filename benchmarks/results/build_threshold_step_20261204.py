@@ -1,8 +1,9 @@
 """The whole step (top-K, build, compile, walk) in a CUDA graph with the serial and the threshold build,
 against today's path, same run (H200); the two steps' arrays must be equal.
 
-Needs the threshold build (tree_build/threshold.py, method "threshold") applied:
-    git apply benchmarks/results/build_threshold_step_20261204.diff
+Measured with the threshold build of commit f9cbc85 (its code: git show
+f9cbc85:benchmarks/results/build_threshold_step_20261204.diff), before it cut ties itself; method "threshold" is in
+the tree since (build_threshold_cut_20261204.py measures it as landed). Runs against the tree as it is:
     python benchmarks/results/build_threshold_step_20261204.py [OUT_DIR]
 """
 

@@ -1,4 +1,5 @@
-"""The tree-build kernels (kernels/tree_build/kernel.py, serial; levels.py, level by level) against their
+"""The tree-build kernels (kernels/tree_build/kernel.py, serial; levels.py, level by level; threshold.py, by a bound
+of the budget-th best score) against their
 reference, and the reference against core.tree.build_tree: identical arrays (tokens, parents, depths,
 ranks, scores bit for bit, num_nodes) on every tree shape (chain, star, full k-ary, random, depth 1,
 budget 0, exhausted candidates, ties, zero-probability tokens, spine reservation). Interpreter on a CPU
@@ -93,7 +94,7 @@ def test_reference_mirrors_core_build_tree(name):
         assert torch.equal(got[:n], getattr(tree, field)), f"{name}: {field} differ from core.tree.build_tree"
 
 
-METHODS = ("serial", "levels")  # kernel.build_tree_arrays' two selections ("levels" builds spines serially)
+METHODS = ("serial", "levels", "threshold")  # kernel.build_tree_arrays' selections ("levels" and "threshold" build spines serially)
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -224,6 +225,81 @@ def test_bad_inputs_are_refused():
             kernel.build_tree_arrays(vals, ids, 4, root, key_layout=layout, method=method)
 
 
+
+def _threshold(vals, ids, budget):
+    """method "threshold"'s arrays and whether it built them serially instead (fell_back)."""
+    fell_back = torch.full((1,), -1, dtype=torch.int64, device=DEVICE)
+    out = kernel.build_tree_arrays(vals.to(DEVICE), ids.to(DEVICE), budget, torch.tensor([3], device=DEVICE), 0,
+                                   method="threshold", fell_back=fell_back)
+    return tuple(a.cpu() for a in out), int(fell_back[0])
+
+
+def _tie_at_cut(vals, budget):
+    """(prefixes of the whole tree scoring exactly the budget-th best, how many of them the reference chose): a DFS
+    pruned below that score (a child never beats its parent)."""
+    rows = vals.double().tolist()
+    chosen = reference.select_prefixes(rows, budget, 0)
+    if len(chosen) < budget:
+        return 0, 0
+    t = min(c[3] for c in chosen)
+    tied, stack = 0, [(0.0, 0)]
+    while stack:
+        score, d = stack.pop()
+        for x in rows[d] if d < len(rows) else ():
+            if score + x < t:
+                break
+            tied += score + x == t
+            stack.append((score + x, d + 1))
+    return tied, sum(1 for c in chosen if c[3] == t)
+
+
+def _bf16(depths, vocab, seed):
+    """Logits rounded to bf16, as a drafter gives them: equal log-probs are common (none in fp32)."""
+    return (torch.randn(depths, vocab, generator=torch.Generator().manual_seed(seed)) * 3).bfloat16().float()
+
+
+@pytest.mark.parametrize("seed,budget", [(24, 64), (25, 64), (22, 128), (27, 128), (36, 128)])
+def test_threshold_cuts_a_tie_at_the_budget_by_the_heap_order(seed, budget):
+    """bf16 logits put exact ties at the budget's boundary (here the budget splits each: 3-7 tied, 1-3 chosen).
+    The threshold build orders the tied prefixes itself, as the heap does (shallower, lower rank, then the
+    parents' order), and must not hand them to the serial build: both checked."""
+    vals, ids = topk_reference.sorted_topk_logprobs(_bf16(15, 2000, seed), 8)
+    tied, chosen = _tie_at_cut(vals, budget)
+    assert tied > chosen >= 1, f"seed {seed} b{budget}: no tie split at the cut ({tied} tied, {chosen} chosen)"
+    got, fell_back = _threshold(vals, ids, budget)
+    _assert_same(f"seed {seed} b{budget}", got, reference.build_tree_arrays(vals, ids, budget, 3, 0))
+    assert fell_back == 0, f"seed {seed} b{budget}: built serially, not by the threshold"
+
+
+@pytest.mark.parametrize("budget", [7, 8, 9])
+def test_threshold_orders_ties_by_the_parents_scores_not_their_ranks(budget):
+    """Four depth-2 prefixes (a, b, 0) tie at -1e17 only by rounding (1e17's ulp is 16); the heap proposes them in
+    their parents' order, by score: (0, 1) at -3 before (1, 0) at -6, though rank 0 is lower than 1."""
+    vals = torch.tensor([[-1.0, -5.0], [-1.0, -2.0], [-1e17, -2e17]], dtype=torch.float64)
+    ids = torch.arange(6).view(3, 2)
+    assert _tie_at_cut(vals, budget) == (4, budget - 6)
+    got, fell_back = _threshold(vals, ids, budget)
+    _assert_same(f"b{budget}", got, reference.build_tree_arrays(vals, ids, budget, 3, 0))
+    assert fell_back == 0
+
+
+def test_threshold_builds_serially_only_where_it_must():
+    """Its own selection on random logits; the serial build (same launch) for ties past its cap (integer logits:
+    thousands at the cut) and for rows with a positive value (a child could beat its parent); the reference's
+    arrays every time."""
+    random = topk_reference.sorted_topk_logprobs(_randn(15, 500, 41), 8)
+    ties = topk_reference.sorted_topk_logprobs(_tied(15, 500, 42), 8)
+    positive = (random[0] + torch.arange(15, dtype=torch.float64)[:, None] % 2 * 6.0, random[1])  # sorted rows still
+    assert _tie_at_cut(ties[0], 128)[0] > 64 and (positive[0] > 0).any()
+    for name, (vals, ids), serial in (("random", random, 0), ("ties", ties, 1), ("positive", positive, 1)):
+        got, fell_back = _threshold(vals, ids, 128)
+        _assert_same(name, got, reference.build_tree_arrays(vals, ids, 128, 3, 0))
+        assert fell_back == serial, f"{name}: fell_back {fell_back}, expected {serial}"
+    with pytest.raises(ValueError, match="fell_back"):
+        kernel.build_tree_arrays(random[0], random[1], 8, torch.tensor([3]), method="threshold",
+                                 fell_back=torch.zeros(2, dtype=torch.int64))
+
+
 @gpu
 @needs_cuda
 @pytest.mark.parametrize("method", METHODS)
@@ -252,10 +328,20 @@ for budget, topk in ((15, 8), (256, 8), (100, 16), (1000, 16)):
         src = ASTSource(fn=fn, signature={**params, **{c: "constexpr" for c in consts}}, constexprs=consts)
         ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": k.default_warps(budget)}).asm["ptx"]
         print(fn.__name__, budget, topk, ".target sm_90" in ptx)
+from ddtree_engine.kernels.tree_build import threshold as th
+tsig = dict(sig, tws_ptr="*i64", tws_score_ptr="*fp64", flag_ptr="*i64")
+order = ("vals_ptr", "ids_ptr", "root_ptr", "L", "spine", "ws_ptr", "ws_score_ptr", "tws_ptr", "tws_score_ptr", "tok_ptr",
+         "par_ptr", "dep_ptr", "rank_ptr", "score_ptr", "n_ptr", "flag_ptr")
+for budget, topk in ((64, 8), (256, 8)):
+    consts = dict(k.launch_constants(budget, topk, False), **th.threshold_constants(budget, topk, 15))
+    src = ASTSource(fn=th._build_tree_threshold, signature={**{n: tsig[n] for n in order}, **{c: "constexpr" for c in consts}},
+                    constexprs=consts)
+    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": k.THRESHOLD_WARPS}).asm["ptx"]
+    print("_build_tree_threshold", budget, topk, ".target sm_90" in ptx)
 """
 
 
-def test_both_build_kernels_compile_for_the_h200_without_one():
+def test_the_build_kernels_compile_for_the_h200_without_one():
     """The interpreter runs a kernel's Python, not Triton's compiler, so what only the compiler refuses (a
     loop-carried value changing type, say) would show first on a GPU; Triton compiles to sm_90 PTX with
     its own ptxas on any host. In a child process: the kernels here are the interpreter's."""
@@ -266,6 +352,7 @@ def test_both_build_kernels_compile_for_the_h200_without_one():
     for budget, topk in ((15, 8), (256, 8), (100, 16), (1000, 16)):
         for name in ("_build_tree", "_build_tree_levels"):
             assert f"{name} {budget} {topk} True" in lines
+    assert "_build_tree_threshold 64 8 True" in lines and "_build_tree_threshold 256 8 True" in lines
 
 
 def test_the_default_warps_are_ones_the_gpu_test_covers():

@@ -31,7 +31,7 @@ TREE = ("tokens", "parents", "depths", "ranks", "scores", "num_nodes")
 COMPILED = ("mask", "packed", "positions", "first_child", "next_sibling")
 WALKED = ("path", "emitted", "commit_len", "bonus")
 # Build variants: the build kernel's selection, and "fused" for TreeStep's one-launch build.
-METHODS = ["serial", "levels", "fused serial", "fused levels"]
+METHODS = ["serial", "levels", "threshold", "fused serial", "fused levels"]
 
 
 def _variant(method):
@@ -240,6 +240,20 @@ def test_the_fused_build_runs_again_on_new_logits(method):
 def test_an_unknown_build_method_is_refused():
     with pytest.raises(ValueError, match="build_method"):
         TreeStep(3, 30, 5, 2, DEVICE, build_method="heap")
+    with pytest.raises(ValueError, match="fused"):
+        TreeStep(3, 30, 5, 2, DEVICE, build_method="threshold", fused=True)
+
+
+def test_the_default_build_is_the_threshold_from_its_budget():
+    """The threshold build from budget 256 (faster there on every draw measured, slower below), the serial build
+    under it and for the one-launch build, which does not take the threshold."""
+    from ddtree_engine.kernels.tree_step import THRESHOLD_FROM_BUDGET
+
+    assert THRESHOLD_FROM_BUDGET == 256
+    assert TreeStep(15, 300, 256, 8, DEVICE).build_method == "threshold"
+    assert TreeStep(15, 300, 255, 8, DEVICE).build_method == "serial"
+    assert TreeStep(15, 300, 15, 8, DEVICE).build_method == "serial"
+    assert TreeStep(15, 300, 256, 8, DEVICE, fused=True).build_method == "serial"
 
 
 COMPILE_FUSED_FOR_SM90 = r"""

@@ -45,7 +45,9 @@ by level with no ranking, then cut at the pool's budget-th best by a radix selec
 flagged, in 30-53 us at budget 256 against this build's 97 on fp64 inputs (selection alone, a prototype: H200
 2026-12-04, benchmarks/results/build_threshold_20261204.json), but the step was slower on bf16 logits (238 against
 121 us at 256), whose equal log-probs put a tie at the boundary in most draws and so ran this build after it
-(build_threshold_step_20261204.*; README "A threshold selection").
+(build_threshold_step_20261204.*; README "A threshold selection"). Cutting such a tie by the heap's order itself
+(threshold.py, method "threshold"), it is TreeStep's build from budget 256: the step 89.8-95.1 us against this
+build's 121.7-125.4 on 7 bf16 draws, slower below (build_threshold_cut_20261204.*; README "The threshold build").
 
 After the loop (`budget` pops, fixed), the chosen nodes are laid out depth-major (layout.py), the rank
 path of each read off the workspace's parent links.
@@ -245,6 +247,7 @@ def _build_tree(
 # up to budget 300 and the real budgets on the H200 (tests/ddtree_engine/kernels/test_tree_build.py -k
 # more_warps, 2026-12-01, and with this loop 2026-12-03).
 MANY_WARPS_FROM_BUDGET = 128
+THRESHOLD_WARPS = 8  # the threshold build's (method "threshold")
 
 
 def default_warps(budget: int) -> int:
@@ -269,6 +272,7 @@ def build_tree_arrays(
     num_warps: int | None = None,
     method: str = "serial",
     key_layout: dict | None = None,
+    fell_back: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The draft tree over the per-depth top-K, fixed shape N = budget + 1 (Triton).
 
@@ -282,8 +286,12 @@ def build_tree_arrays(
         method: "serial", the heap replayed pop by pop (`budget` steps), or "levels", the same choice
             level by level (`_build_tree_levels`: L - 1 merges of ranked candidates, no spine; with
             spine_depth > 0 it builds "serial"). Faster on shallow trees only (levels.py), so not the default.
+            Or "threshold", the prefixes scoring above a bound of the budget-th best (threshold.py; spines, rows
+            with a positive log-prob and large ties at the cut are built "serial" in the same launch).
         key_layout: the serial build's frontier key layout: None or `key_constants(budget, K)` (int32 where its
             fields fit), or `INT64_KEYS` at any shape (the tests run both); not with method "levels".
+        fell_back: optional [1] int64 on vals' device; method "threshold" writes 1 there when it built the tree
+            serially instead (what the tests check it did not), 0 when by its threshold; other methods leave it.
 
     Returns:
         (tokens, parents, depths, ranks [N] int64, scores [N] float64, num_nodes [1] int64),
@@ -300,8 +308,11 @@ def build_tree_arrays(
         raise ValueError(f"expected ceil(log2 K) * L <= {KEY_BITS}, budget and K < {MAX_BUDGET_AND_K}, got L {depths}, K {k}")
     if root.numel() != 1 or root.device != vals.device:
         raise ValueError(f"expected a one-element root tensor on {vals.device}, got {tuple(root.shape)} on {root.device}")
-    if method not in ("serial", "levels"):
-        raise ValueError(f"expected method 'serial' or 'levels', got {method!r}")
+    if fell_back is not None and (fell_back.shape != (1,) or fell_back.dtype != torch.int64 or fell_back.device != vals.device):
+        raise ValueError(f"expected fell_back a [1] int64 tensor on {vals.device}, got {tuple(fell_back.shape)} "
+                         f"{fell_back.dtype} on {fell_back.device}")
+    if method not in ("serial", "levels", "threshold"):
+        raise ValueError(f"expected method 'serial', 'levels' or 'threshold', got {method!r}")
     if key_layout is not None and (method == "levels" or key_layout not in (INT64_KEYS, key_constants(budget, k))):
         raise ValueError(f"expected key_layout None, key_constants({budget}, {k}) or INT64_KEYS with method 'serial', "
                          f"got {key_layout} with method {method!r}")
@@ -316,11 +327,23 @@ def build_tree_arrays(
     spine = min(spine_depth, depths, budget)
     levels = method == "levels" and spine == 0
     inputs = (vals.contiguous(), ids.contiguous(), root.to(torch.int64), depths)
-    shape = dict(launch_constants(budget, k, levels), num_warps=num_warps or default_warps(budget))
+    # The threshold build's vectors are wide (a level's 256 x 8 children, 4,096 pool keys): 8 warps (H200
+    # 2026-12-04, benchmarks/results/build_threshold_20261204.json: 50.2 us at budget 256 against 77.9 at 4).
+    warps = num_warps or (THRESHOLD_WARPS if method == "threshold" and spine == 0 else default_warps(budget))
+    shape = dict(launch_constants(budget, k, levels), num_warps=warps)
     if key_layout is not None:
         shape.update(key_layout)
     ws, ws_score = workspaces(budget, levels, device)
-    if levels:
+    if method == "threshold" and spine == 0:
+        from .threshold import _build_tree_threshold, threshold_constants  # threshold.py imports this module
+
+        tshape = threshold_constants(budget, k, depths)
+        tsize = 2 * tshape["CAPT"] + triton.next_power_of_2(budget) + tshape["TC"] + 1
+        tws = torch.empty(tsize, dtype=torch.int64, device=device)
+        tws_score = torch.empty(tsize, dtype=torch.float64, device=device)
+        flag = tws[-1:] if fell_back is None else fell_back
+        _build_tree_threshold[(1,)](*inputs, spine, ws, ws_score, tws, tws_score, *out, flag, **shape, **tshape)
+    elif levels:
         _build_tree_levels[(1,)](*inputs, ws, ws_score, *out, **shape)
     else:
         _build_tree[(1,)](*inputs, spine, ws, ws_score, *out, **shape)

@@ -19,6 +19,12 @@ from ..tree_mask import reference as mask_reference
 from ..tree_walk import reference as walk_reference
 from ..topk_logprobs import reference as topk_reference
 
+# The budget from which TreeStep builds by threshold (tree_build/threshold.py). H200, 2026-12-04, whole step in a
+# CUDA graph, bf16 [15, 151,936] logits, 7 draws (benchmarks/results/build_threshold_cut_20261204.txt): budget 256
+# 89.8-95.1 us against the serial build's 121.7-125.4 on every draw; 128 54.0-88.8 against 72.8-77.6 (slower on 6
+# of 7: a tie split at the cut costs its order ~40 us there), 64 48.4-82.9 against 40.3-44.8 (slower on every draw).
+THRESHOLD_FROM_BUDGET = 256
+
 __all__ = ["TreeStep", "reference_step"]
 
 
@@ -31,8 +37,11 @@ class TreeStep:
         budget: drafted nodes; topk: candidates per depth (K = min(topk, budget, V)).
         device: a CUDA device (or the CPU under TRITON_INTERPRET=1).
         spine_depth: reserve the top-1 chain down to this depth first.
-        build_method: the build kernel's selection, "serial" (the heap, pop by pop) or "levels"
-            (tree_build/levels.py: the same trees level by level; spines are built serially).
+        build_method: the build kernel's selection, "serial" (the heap, pop by pop), "levels"
+            (tree_build/levels.py: the same trees level by level) or "threshold" (tree_build/threshold.py:
+            the prefixes above a bound of the budget-th best score); both build spines serially, and the
+            one-launch build (`fused`) takes "serial" or "levels". None: "threshold" from budget
+            `THRESHOLD_FROM_BUDGET` (not fused), else "serial".
         fused: run `build` as one kernel launch (tree_step/kernel.py: top-K, build and compile in
             the programs that finish last) instead of four; the same arrays.
         topk_block: tokens per program of the top-K's first pass (a power of two; tests make it
@@ -49,15 +58,19 @@ class TreeStep:
         topk: int,
         device: torch.device | str,
         spine_depth: int = 0,
-        build_method: str = "serial",
+        build_method: str | None = None,
         fused: bool = False,
         topk_block: int = 4096,
         topk_group: int | None = None,
     ):
         if depths < 1 or budget < 0 or topk < 1:
             raise ValueError(f"expected L >= 1, budget >= 0, topk >= 1, got L {depths}, budget {budget}, topk {topk}")
-        if build_method not in ("serial", "levels"):
-            raise ValueError(f"expected build_method 'serial' or 'levels', got {build_method!r}")
+        if build_method is None:
+            build_method = "threshold" if budget >= THRESHOLD_FROM_BUDGET and not fused else "serial"
+        if build_method not in ("serial", "levels", "threshold"):
+            raise ValueError(f"expected build_method 'serial', 'levels' or 'threshold', got {build_method!r}")
+        if fused and build_method == "threshold":
+            raise ValueError("the one-launch build (fused=True) takes build_method 'serial' or 'levels', not 'threshold'")
         self.depths, self.vocab, self.budget, self.spine_depth = depths, vocab, budget, spine_depth
         self.build_method = build_method
         self.k = min(topk, budget, vocab)
