@@ -284,17 +284,32 @@ def test_threshold_orders_ties_by_the_parents_scores_not_their_ranks(budget):
 
 
 def test_threshold_builds_serially_only_where_it_must():
-    """Its own selection on random logits; the serial build (same launch) for ties past its cap (integer logits:
-    thousands at the cut) and for rows with a positive value (a child could beat its parent); the reference's
-    arrays every time."""
+    """Its own selection on random logits and on a tie the budget splits within its cap (L 2, K 4, all equal: 16
+    tied, 6 chosen); the serial build (same launch) for a split tie past the cap (K 8: 64 tied, 32 chosen), for a
+    level past its room (integer logits: hundreds tied in one level), for rows with a positive value (a child could
+    beat its parent); the serial kernel for a spine and for a shape it does not take (K 256, L 7: a [8, 8, 256] start bound;
+    K 128 with L 8 it takes). The reference's arrays every time."""
     random = topk_reference.sorted_topk_logprobs(_randn(15, 500, 41), 8)
     ties = topk_reference.sorted_topk_logprobs(_tied(15, 500, 42), 8)
     positive = (random[0] + torch.arange(15, dtype=torch.float64)[:, None] % 2 * 6.0, random[1])  # sorted rows still
+    equal4 = (torch.full((2, 4), -1.0, dtype=torch.float64), torch.arange(8).view(2, 4))
+    equal8 = (torch.full((2, 8), -1.0, dtype=torch.float64), torch.arange(16).view(2, 8))
+    wide = topk_reference.sorted_topk_logprobs(_randn(8, 500, 43), 128)
+    wider = topk_reference.sorted_topk_logprobs(_randn(7, 500, 44), 256)
     assert _tie_at_cut(ties[0], 128)[0] > 64 and (positive[0] > 0).any()
-    for name, (vals, ids), serial in (("random", random, 0), ("ties", ties, 1), ("positive", positive, 1)):
-        got, fell_back = _threshold(vals, ids, 128)
-        _assert_same(name, got, reference.build_tree_arrays(vals, ids, 128, 3, 0))
-        assert fell_back == serial, f"{name}: fell_back {fell_back}, expected {serial}"
+    assert _tie_at_cut(equal4[0], 10) == (16, 6) and _tie_at_cut(equal8[0], 40) == (64, 32)
+    assert kernel.threshold_fits(16, 128, 8) and not kernel.threshold_fits(8, 256, 7) and kernel.supports(7, 256, 8)
+    assert kernel.threshold_fits(256, 8, 15) and not kernel.threshold_fits(1024, 8, 15)
+    for name, (vals, ids), budget, spine, serial in (
+        ("random", random, 128, 0, 0), ("tie within the cap", equal4, 10, 0, 0), ("tie past the cap", equal8, 40, 0, 1),
+        ("ties", ties, 128, 0, 1), ("positive", positive, 128, 0, 1), ("spine", random, 64, 3, 1), ("K 128", wide, 16, 0, 0),
+        ("K 256", wider, 8, 0, 1),
+    ):
+        fell_back = torch.full((1,), -1, dtype=torch.int64, device=DEVICE)
+        got = kernel.build_tree_arrays(vals.to(DEVICE), ids.to(DEVICE), budget, torch.tensor([3], device=DEVICE), spine,
+                                       method="threshold", fell_back=fell_back)
+        _assert_same(name, tuple(a.cpu() for a in got), reference.build_tree_arrays(vals, ids, budget, 3, spine))
+        assert int(fell_back[0]) == serial, f"{name}: fell_back {int(fell_back[0])}, expected {serial}"
     with pytest.raises(ValueError, match="fell_back"):
         kernel.build_tree_arrays(random[0], random[1], 8, torch.tensor([3]), method="threshold",
                                  fell_back=torch.zeros(2, dtype=torch.int64))

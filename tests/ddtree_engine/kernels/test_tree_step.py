@@ -245,8 +245,8 @@ def test_an_unknown_build_method_is_refused():
 
 
 def test_the_default_build_is_the_threshold_from_its_budget():
-    """The threshold build from budget 256 (faster there on every draw measured, slower below), the serial build
-    under it and for the one-launch build, which does not take the threshold."""
+    """The threshold build from budget 256 (faster there on every draw measured, slower below on most), the serial
+    build under it, for the one-launch build, which does not take the threshold, and for shapes it does not take."""
     from ddtree_engine.kernels.tree_step import THRESHOLD_FROM_BUDGET
 
     assert THRESHOLD_FROM_BUDGET == 256
@@ -254,6 +254,7 @@ def test_the_default_build_is_the_threshold_from_its_budget():
     assert TreeStep(15, 300, 255, 8, DEVICE).build_method == "serial"
     assert TreeStep(15, 300, 15, 8, DEVICE).build_method == "serial"
     assert TreeStep(15, 300, 256, 8, DEVICE, fused=True).build_method == "serial"
+    assert TreeStep(5, 2000, 1024, 1024, DEVICE).build_method == "serial"  # a pool past threshold.MAX_VECTOR
 
 
 COMPILE_FUSED_FOR_SM90 = r"""

@@ -286,12 +286,14 @@ def build_tree_arrays(
         method: "serial", the heap replayed pop by pop (`budget` steps), or "levels", the same choice
             level by level (`_build_tree_levels`: L - 1 merges of ranked candidates, no spine; with
             spine_depth > 0 it builds "serial"). Faster on shallow trees only (levels.py), so not the default.
-            Or "threshold", the prefixes scoring above a bound of the budget-th best (threshold.py; spines, rows
-            with a positive log-prob and large ties at the cut are built "serial" in the same launch).
+            Or "threshold", the prefixes scoring above a bound of the budget-th best (threshold.py; spines and
+            shapes it does not take, `threshold_fits`, are built "serial", and so are rows with a positive log-prob
+            and large ties at the cut, in the same launch).
         key_layout: the serial build's frontier key layout: None or `key_constants(budget, K)` (int32 where its
             fields fit), or `INT64_KEYS` at any shape (the tests run both); not with method "levels".
         fell_back: optional [1] int64 on vals' device; method "threshold" writes 1 there when it built the tree
-            serially instead (what the tests check it did not), 0 when by its threshold; other methods leave it.
+            serially instead (a spine, a shape it does not take, a large tie; the tests check where), 0 when by its
+            threshold; other methods leave it.
 
     Returns:
         (tokens, parents, depths, ranks [N] int64, scores [N] float64, num_nodes [1] int64),
@@ -326,15 +328,16 @@ def build_tree_arrays(
         )
     spine = min(spine_depth, depths, budget)
     levels = method == "levels" and spine == 0
+    threshold = method == "threshold" and spine == 0 and threshold_fits(budget, k, depths)
     inputs = (vals.contiguous(), ids.contiguous(), root.to(torch.int64), depths)
     # The threshold build's vectors are wide (a level's 256 x 8 children, 4,096 pool keys): 8 warps (H200
     # 2026-12-04, benchmarks/results/build_threshold_20261204.json: 50.2 us at budget 256 against 77.9 at 4).
-    warps = num_warps or (THRESHOLD_WARPS if method == "threshold" and spine == 0 else default_warps(budget))
+    warps = num_warps or (THRESHOLD_WARPS if threshold else default_warps(budget))
     shape = dict(launch_constants(budget, k, levels), num_warps=warps)
     if key_layout is not None:
         shape.update(key_layout)
     ws, ws_score = workspaces(budget, levels, device)
-    if method == "threshold" and spine == 0:
+    if threshold:
         from .threshold import _build_tree_threshold, threshold_constants  # threshold.py imports this module
 
         tshape = threshold_constants(budget, k, depths)
@@ -347,7 +350,17 @@ def build_tree_arrays(
         _build_tree_levels[(1,)](*inputs, ws, ws_score, *out, **shape)
     else:
         _build_tree[(1,)](*inputs, spine, ws, ws_score, *out, **shape)
+        if method == "threshold" and fell_back is not None:
+            fell_back.fill_(1)  # a spine, or a shape the threshold build does not take (threshold_fits)
     return out
+
+
+def threshold_fits(budget: int, k: int, depths: int) -> bool:
+    """Whether method "threshold" builds this shape by its threshold (tree_build/threshold.py `fits`); it builds the
+    others serially."""
+    from .threshold import fits  # threshold.py imports this module
+
+    return fits(budget, k, depths)
 
 
 def launch_constants(budget: int, k: int, levels: bool) -> dict:

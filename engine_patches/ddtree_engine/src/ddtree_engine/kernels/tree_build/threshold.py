@@ -19,13 +19,14 @@ children filtered by t and compacted by a cumulative sum, no ranking.
   entries tied at t_fin, `_tied_order` takes the first in the heap's order (up to TIED_CAP of them). The serial
   build (`_build_tree`) runs in the same launch instead for larger ties, for a tightening that leaves a level or
   the pool too large (massive ties: integer logits), and for rows with a positive value; `fell_back` says so.
+  Shapes whose vectors pass MAX_VECTOR (`fits`: budget 1,024 at K 8, K 256) build serially (kernel.py).
 
 Then the layout as the levels build's: layout keys (depth above `_KEY_BITS`, the rank path below), a node's place
 1 + the number of chosen keys below its own.
 
 H200, 2026-12-04 (benchmarks/results/build_threshold_cut_20261204.{py,txt,json}, bf16 [15, 151,936] logits, 7
 draws, TIED_CAP 64 then): whole step in a CUDA graph at budget 256 89.8-95.1 us against the serial build's
-121.7-125.4, the reference's arrays on every draw with no fallback (ties split at the cut on 5 of them); slower at
+121.7-125.4, the serial step's arrays on every draw with no fallback (ties split at the cut on 5 of them); slower at
 64 and mostly at 128. A split tie costs its order ~40 us at TIED_CAP 64 ([64, 64] comparisons spill) and ~26 at 32
 (budget 64: build 44.6 us against 58.9, 18.4 with no split; build_threshold_tiecap_20261204.{py,txt}).
 """
@@ -312,6 +313,16 @@ def _build_tree_threshold(
                     score_ptr, n_ptr, BUDGET, K, NP)
 
 
+def fits(budget: int, k: int, depths: int) -> bool:
+    """Whether the threshold build takes this shape: its pool and start-bound vectors up to MAX_VECTOR entries (one
+    program's; budget 256 with K 8 uses 4,096; up to budget 512 fits at K 8). Other shapes build serially."""
+    c = threshold_constants(budget, k, depths)
+    return c["CAPT"] <= MAX_VECTOR and c["LP"] * c["LP"] * c["KP"] <= MAX_VECTOR and c["KP"] ** c["FD"] <= 512
+
+
+MAX_VECTOR = 8192
+
+
 def threshold_constants(budget: int, k: int, depths: int) -> dict:
     """The threshold build's own constexprs (besides the serial build's `launch_constants`)."""
     nb = triton.next_power_of_2(budget)
@@ -323,6 +334,6 @@ def threshold_constants(budget: int, k: int, depths: int) -> dict:
     n_dev = sum((d + 1) * (k - 1) + 1 for d in range(fd, depths))
     n_full = sum(k ** (d + 1) for d in range(fd))
     sb = triton.next_power_of_2(n_dev + n_full)
-    assert sb <= capt, (budget, k, depths)  # the start bound's keys go to the second pool buffer
+    capt = max(capt, sb)  # the start bound's keys go to the second pool buffer
     return dict(KP=kp, LP=triton.next_power_of_2(depths), NPAR=npar, CAP=cap, SMALL=min(1024, capt), CAPT=capt,
                 TC=TIED_CAP, FD=fd, SB=sb, BOUND_ROUNDS=6)

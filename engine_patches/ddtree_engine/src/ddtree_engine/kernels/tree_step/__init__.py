@@ -22,7 +22,8 @@ from ..topk_logprobs import reference as topk_reference
 # The budget from which TreeStep builds by threshold (tree_build/threshold.py). H200, 2026-12-04, whole step in a
 # CUDA graph, bf16 [15, 151,936] logits, 7 draws (benchmarks/results/build_threshold_cut_20261204.txt): budget 256
 # 89.8-95.1 us against the serial build's 121.7-125.4 on every draw; 128 54.0-88.8 against 72.8-77.6 (slower on 6
-# of 7: a tie split at the cut costs its order ~40 us there), 64 48.4-82.9 against 40.3-44.8 (slower on every draw).
+# of 7: a tie split at the cut costs its order ~40 us, peaked trees their 15 levels), 64 48.4-82.9 against 40.3-44.8
+# (slower on every draw).
 THRESHOLD_FROM_BUDGET = 256
 
 __all__ = ["TreeStep", "reference_step"]
@@ -41,7 +42,8 @@ class TreeStep:
             (tree_build/levels.py: the same trees level by level) or "threshold" (tree_build/threshold.py:
             the prefixes above a bound of the budget-th best score); both build spines serially, and the
             one-launch build (`fused`) takes "serial" or "levels". None: "threshold" from budget
-            `THRESHOLD_FROM_BUDGET` (not fused), else "serial".
+            `THRESHOLD_FROM_BUDGET` where it takes the shape (not fused; tree_build.kernel.threshold_fits), else
+            "serial".
         fused: run `build` as one kernel launch (tree_step/kernel.py: top-K, build and compile in
             the programs that finish last) instead of four; the same arrays.
         topk_block: tokens per program of the top-K's first pass (a power of two; tests make it
@@ -65,9 +67,7 @@ class TreeStep:
     ):
         if depths < 1 or budget < 0 or topk < 1:
             raise ValueError(f"expected L >= 1, budget >= 0, topk >= 1, got L {depths}, budget {budget}, topk {topk}")
-        if build_method is None:
-            build_method = "threshold" if budget >= THRESHOLD_FROM_BUDGET and not fused else "serial"
-        if build_method not in ("serial", "levels", "threshold"):
+        if build_method not in (None, "serial", "levels", "threshold"):
             raise ValueError(f"expected build_method 'serial', 'levels' or 'threshold', got {build_method!r}")
         if fused and build_method == "threshold":
             raise ValueError("the one-launch build (fused=True) takes build_method 'serial' or 'levels', not 'threshold'")
@@ -77,6 +77,10 @@ class TreeStep:
         self.device = torch.device(device)
         self.topk_kernel = kernel_module(__package__.rsplit(".", 1)[0] + ".topk_logprobs")
         self.build_kernel = kernel_module(__package__.rsplit(".", 1)[0] + ".tree_build")
+        if self.build_method is None:
+            wide = budget >= THRESHOLD_FROM_BUDGET and not fused and self.k > 0
+            wide = wide and self.build_kernel.threshold_fits(budget, self.k, depths)
+            self.build_method = "threshold" if wide else "serial"
         self.mask_kernel = kernel_module(__package__.rsplit(".", 1)[0] + ".tree_mask")
         self.walk_kernel = kernel_module(__package__.rsplit(".", 1)[0] + ".tree_walk")
         if self.k > 0 and not self.build_kernel.supports(depths, self.k, budget):
