@@ -328,7 +328,8 @@ def build_tree_arrays(
         )
     spine = min(spine_depth, depths, budget)
     levels = method == "levels" and spine == 0
-    threshold = method == "threshold" and spine == 0 and threshold_fits(budget, k, depths)
+    tshape = _threshold_shape(budget, k, depths) if method == "threshold" and spine == 0 else None
+    threshold = tshape is not None
     inputs = (vals.contiguous(), ids.contiguous(), root.to(torch.int64), depths)
     # The threshold build's vectors are wide (a level's 256 x 8 children, 4,096 pool keys): 8 warps (H200
     # 2026-12-04, benchmarks/results/build_threshold_20261204.json: 50.2 us at budget 256 against 77.9 at 4).
@@ -338,9 +339,8 @@ def build_tree_arrays(
         shape.update(key_layout)
     ws, ws_score = workspaces(budget, levels, device)
     if threshold:
-        from .threshold import _build_tree_threshold, threshold_constants  # threshold.py imports this module
+        from .threshold import _build_tree_threshold  # threshold.py imports this module
 
-        tshape = threshold_constants(budget, k, depths)
         tsize = 2 * tshape["CAPT"] + triton.next_power_of_2(budget) + tshape["TC"] + 1
         tws = torch.empty(tsize, dtype=torch.int64, device=device)
         tws_score = torch.empty(tsize, dtype=torch.float64, device=device)
@@ -356,11 +356,15 @@ def build_tree_arrays(
 
 
 def threshold_fits(budget: int, k: int, depths: int) -> bool:
-    """Whether method "threshold" builds this shape by its threshold (tree_build/threshold.py `fits`); it builds the
-    others serially."""
-    from .threshold import fits  # threshold.py imports this module
+    """Whether method "threshold" builds this shape by its threshold (tree_build/threshold.py `fitting_constants`);
+    it builds the others serially."""
+    return _threshold_shape(budget, k, depths) is not None
 
-    return fits(budget, k, depths)
+
+def _threshold_shape(budget: int, k: int, depths: int) -> dict | None:
+    from .threshold import fitting_constants  # threshold.py imports this module
+
+    return fitting_constants(budget, k, depths)
 
 
 def launch_constants(budget: int, k: int, levels: bool) -> dict:

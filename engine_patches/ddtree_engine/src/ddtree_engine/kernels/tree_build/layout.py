@@ -1,4 +1,4 @@
-"""The chosen nodes written out depth-major, shared by both builds (kernel.py's serial build, levels.py's).
+"""The chosen nodes written out depth-major, shared by the builds (kernel.py's serial build, levels.py's, threshold.py's).
 
 A node's place is 1 + the number of chosen nodes with a smaller layout key: depth above `_KEY_BITS`, the rank
 path below (B bits a level), which is the reference's order (by depth, then the parent's place, then rank).
@@ -50,3 +50,31 @@ def _write_tree(
     tl.store(rank_ptr + ni, tl.full([NP], -1, tl.int64), mask=rest)
     tl.store(score_ptr + ni, tl.where(ni == 0, 0.0, float("-inf")).to(tl.float64), mask=rest)
     tl.store(n_ptr, (n_chosen + 1).to(tl.int64))
+
+
+@triton.jit
+def _write_keyed_tree(
+    keys_ptr, scores_ptr, n_chosen, top, root_ptr, ids_ptr, tok_ptr, par_ptr, dep_ptr, rank_ptr, score_ptr, n_ptr,
+    BUDGET: tl.constexpr, K: tl.constexpr, B: tl.constexpr, NB: tl.constexpr, NP: tl.constexpr, COLS: tl.constexpr,
+):
+    """The levels and threshold builds' output from their chosen nodes' layout keys (n_chosen of them at keys_ptr,
+    scores at scores_ptr; the rank path's root level at bit `top`): a node's place is 1 + the chosen keys below its
+    own, its parent's the same for the parent's key (the node's with its own rank cleared, one level up); both
+    counts on the keys read back as a column (`_count_below`)."""
+    gi = tl.arange(0, NB)
+    cm = gi < n_chosen
+    key = tl.load(keys_ptr + gi, mask=cm, other=_NONE)
+    score = tl.load(scores_ptr + gi, mask=cm, other=0.0)
+    dep = (key >> _KEY_BITS).to(tl.int32)
+    shift = (top - B * dep).to(tl.int64)
+    rnk = ((key >> shift) & ((1 << B) - 1)).to(tl.int32)
+    keyr = tl.load(keys_ptr + gi[:, None], mask=cm[:, None], other=_NONE)
+    depr = keyr >> _KEY_BITS
+    shiftr = top - B * depr
+    one = tl.full([NB, 1], 1, tl.int64)
+    pkeyr = ((depr - 1) << _KEY_BITS) | ((keyr & ((one << _KEY_BITS) - 1)) & ~(((one << B) - 1) << shiftr))
+    place = _count_below(keys_ptr, n_chosen, keyr, NB, COLS).to(tl.int64) + 1
+    pplace = _count_below(keys_ptr, n_chosen, pkeyr, NB, COLS).to(tl.int64)
+    pplace = tl.where(dep > 0, pplace + 1, 0)
+    _write_tree(place, pplace, dep, rnk, score, cm, n_chosen, root_ptr, ids_ptr, tok_ptr, par_ptr, dep_ptr, rank_ptr,
+                score_ptr, n_ptr, BUDGET, K, NP)

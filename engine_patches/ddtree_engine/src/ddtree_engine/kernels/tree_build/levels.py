@@ -27,7 +27,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .layout import _KEY_BITS, _NONE, _count_below, _write_tree
+from .layout import _KEY_BITS, _write_keyed_tree
 
 
 @triton.jit
@@ -151,22 +151,5 @@ def _build_tree_levels(
             tl.debug_barrier()
     # G holds the choice. Layout as the serial kernel's: depth-major, then the rank path; a node's
     # place is 1 + the number of chosen keys below its own, its parent's the same for the parent's key.
-    g_fin = g_off
-    cm = pi < n_g
-    key = tl.load(ws_ptr + g_fin + pi, mask=cm, other=_NONE)
-    score = tl.load(ws_score_ptr + g_fin + pi, mask=cm, other=0.0)
-    dep = (key >> _KEY_BITS).to(tl.int32)
-    shift = (top - B * dep).to(tl.int64)
-    rnk = ((key >> shift) & ((1 << B) - 1)).to(tl.int32)
-    # Both counts on the keys read back as a column (_count_below); the parent's key is the node's with
-    # its own rank cleared, one level up.
-    keyr = tl.load(ws_ptr + g_fin + pi[:, None], mask=cm[:, None], other=_NONE)
-    depr = keyr >> _KEY_BITS
-    shiftr = top - B * depr
-    one = tl.full([NB, 1], 1, tl.int64)
-    pkeyr = ((depr - 1) << _KEY_BITS) | ((keyr & ((one << _KEY_BITS) - 1)) & ~(((one << B) - 1) << shiftr))
-    place = _count_below(ws_ptr + g_fin, n_g, keyr, NB, COLS).to(tl.int64) + 1
-    pplace = _count_below(ws_ptr + g_fin, n_g, pkeyr, NB, COLS).to(tl.int64)
-    pplace = tl.where(dep > 0, pplace + 1, 0)
-    _write_tree(place, pplace, dep, rnk, score, cm, n_g, root_ptr, ids_ptr, tok_ptr, par_ptr, dep_ptr, rank_ptr,
-                score_ptr, n_ptr, BUDGET, K, NP)
+    _write_keyed_tree(ws_ptr + g_off, ws_score_ptr + g_off, n_g, top, root_ptr, ids_ptr, tok_ptr, par_ptr, dep_ptr,
+                      rank_ptr, score_ptr, n_ptr, BUDGET, K, B, NB, NP, COLS)

@@ -19,7 +19,7 @@ children filtered by t and compacted by a cumulative sum, no ranking.
   entries tied at t_fin, `_tied_order` takes the first in the heap's order (up to TIED_CAP of them). The serial
   build (`_build_tree`) runs in the same launch instead for larger ties, for a tightening that leaves a level or
   the pool too large (massive ties: integer logits), and for rows with a positive value; `fell_back` says so.
-  Shapes whose vectors pass MAX_VECTOR (`fits`: budget 1,024 at K 8, K 256) build serially (kernel.py).
+  Shapes whose vectors pass MAX_VECTOR (`fitting_constants`: budget 1,024 at K 8, K 256) build serially (kernel.py).
 
 Then the layout as the levels build's: layout keys (depth above `_KEY_BITS`, the rank path below), a node's place
 1 + the number of chosen keys below its own.
@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 from .kernel import _build_tree
-from .layout import _KEY_BITS, _NONE, _count_below, _write_tree
+from .layout import _KEY_BITS, _write_keyed_tree
 
 _MIN = tl.constexpr(-9223372036854775807 - 1)
 # Prefixes tied at the cut that the kernel orders itself (`_tied_order`, [TIED_CAP, TIED_CAP] comparisons); more
@@ -293,31 +293,17 @@ def _build_tree_threshold(
         _build_tree(vals_ptr, ids_ptr, root_ptr, L, spine, ws_ptr, ws_score_ptr, tok_ptr, par_ptr, dep_ptr, rank_ptr,
                     score_ptr, n_ptr, BUDGET, K, B, NB, NP, COLS, SD, SR, SC, KNONE)
     else:
-        # Layout as levels.py's: a node's place is 1 + the chosen keys below its own, its parent's likewise.
-        gi = tl.arange(0, NB)
-        cm = gi < n_g
-        key = tl.load(tws_ptr + chosen + gi, mask=cm, other=_NONE)
-        score = tl.load(tws_score_ptr + chosen + gi, mask=cm, other=0.0)
-        dep = (key >> _KEY_BITS).to(tl.int32)
-        shift = (top - B * dep).to(tl.int64)
-        rnk = ((key >> shift) & ((1 << B) - 1)).to(tl.int32)
-        keyr = tl.load(tws_ptr + chosen + gi[:, None], mask=cm[:, None], other=_NONE)
-        depr = keyr >> _KEY_BITS
-        shiftr = top - B * depr
-        one = tl.full([NB, 1], 1, tl.int64)
-        pkeyr = ((depr - 1) << _KEY_BITS) | ((keyr & ((one << _KEY_BITS) - 1)) & ~(((one << B) - 1) << shiftr))
-        place = _count_below(tws_ptr + chosen, n_g, keyr, NB, COLS).to(tl.int64) + 1
-        pplace = _count_below(tws_ptr + chosen, n_g, pkeyr, NB, COLS).to(tl.int64)
-        pplace = tl.where(dep > 0, pplace + 1, 0)
-        _write_tree(place, pplace, dep, rnk, score, cm, n_g, root_ptr, ids_ptr, tok_ptr, par_ptr, dep_ptr, rank_ptr,
-                    score_ptr, n_ptr, BUDGET, K, NP)
+        _write_keyed_tree(tws_ptr + chosen, tws_score_ptr + chosen, n_g, top, root_ptr, ids_ptr, tok_ptr, par_ptr,
+                          dep_ptr, rank_ptr, score_ptr, n_ptr, BUDGET, K, B, NB, NP, COLS)
 
 
-def fits(budget: int, k: int, depths: int) -> bool:
-    """Whether the threshold build takes this shape: its pool and start-bound vectors up to MAX_VECTOR entries (one
-    program's; budget 256 with K 8 uses 4,096; up to budget 512 fits at K 8). Other shapes build serially."""
+def fitting_constants(budget: int, k: int, depths: int) -> dict | None:
+    """`threshold_constants` where the threshold build takes the shape, else None: its pool and start-bound vectors
+    up to MAX_VECTOR entries (one program's; budget 256 with K 8 uses 4,096; up to budget 512 fits at K 8). Other
+    shapes build serially."""
     c = threshold_constants(budget, k, depths)
-    return c["CAPT"] <= MAX_VECTOR and c["LP"] * c["LP"] * c["KP"] <= MAX_VECTOR and c["KP"] ** c["FD"] <= 512
+    fits = c["CAPT"] <= MAX_VECTOR and c["LP"] * c["LP"] * c["KP"] <= MAX_VECTOR and c["KP"] ** c["FD"] <= 512
+    return c if fits else None
 
 
 MAX_VECTOR = 8192
