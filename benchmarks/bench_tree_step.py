@@ -21,7 +21,7 @@ tokens per group of its group stage (1: none) and warps (4096 / 8 / 4 is the def
 and against the pass without the group stage, as ratios from this run. Then each stage alone per budget
 (eager), and the compile in CUDA graphs by rows per program (1, 2, 4: the default, 16). Then the
 build kernel at budgets 64 and 256 in a CUDA graph with 1, 2, 4 and 8 warps (it takes kernel.default_warps: 1 below budget 128, 4 from it), each checked against the 1-warp tree.
-Each budget's row (TreeStep's default build: serial, threshold from budget 256) is followed by the same step
+Each budget's row (TreeStep's default build: serial, threshold from budget 128) is followed by the same step
 with the serial build and with the threshold build (TreeStep(build_method="threshold")), without the top-K's group stage (topk_group=1, the pass
 before it), with the level-by-level build (TreeStep(build_method=
 "levels")), with the one-launch build (TreeStep(fused=True): top-K, build and compile in one kernel)

@@ -258,6 +258,45 @@ def _bf16(depths, vocab, seed):
     return (torch.randn(depths, vocab, generator=torch.Generator().manual_seed(seed)) * 3).bfloat16().float()
 
 
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from ddtree_engine.kernels.tree_build import threshold  # noqa: E402
+
+
+@triton.jit
+def _kth_kernel(x_ptr, ksel_ptr, out_ptr, N: tl.constexpr, ROUNDS: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, N))
+    tl.store(out_ptr + tl.program_id(0), threshold._kth(x, tl.load(ksel_ptr + tl.program_id(0)), N, ROUNDS))
+
+
+_INT64_MIN = -(2**63)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_radix_select_gives_the_kth_largest_key_and_a_bound_when_cut_short(seed):
+    """threshold._kth, the cut's select (the pool's budget-th best score) and the bounds' (cut short): exact with
+    all its rounds on keys with duplicates, both signs, the extremes and pads (_MIN, below every key), for every
+    KSEL; cut after 1 or 2 rounds, a key of x at most the exact one (a lower bound) and at least the smallest."""
+    g = torch.Generator().manual_seed(seed)
+    n, real = 64, 40 + seed
+    spread = 2 ** (10 * seed + 10)
+    x = torch.randint(-spread, spread, (real,), generator=g, dtype=torch.int64)
+    x[: 6 + seed] = x[6 + seed : 12 + 2 * seed]  # duplicates (ties at many ranks)
+    x[-2:] = torch.tensor([2**63 - 1, _INT64_MIN + 1]) if seed % 2 else x[-2:]
+    x = torch.cat([x, torch.full((n - real,), _INT64_MIN, dtype=torch.int64)])[torch.randperm(n, generator=g)]
+    ksel = torch.arange(1, n + 1, dtype=torch.int64)
+    want = x.sort(descending=True).values[ksel - 1]
+    for rounds in (16, 2, 1):
+        out = torch.empty(n, dtype=torch.int64, device=DEVICE)
+        _kth_kernel[(n,)](x.to(DEVICE), ksel.to(DEVICE), out, N=n, ROUNDS=rounds)
+        got = out.cpu()
+        if rounds == 16:
+            assert torch.equal(got, want), f"seed {seed}: wrong k-th at KSEL {(got != want).nonzero().flatten().tolist()}"
+        else:
+            assert bool((got <= want).all()) and bool(torch.isin(got, x).all()), f"seed {seed}, {rounds} rounds: {got} {want}"
+
+
 @pytest.mark.parametrize("seed,budget", [(24, 64), (25, 64), (22, 128), (27, 128), (36, 128)])
 def test_threshold_cuts_a_tie_at_the_budget_by_the_heap_order(seed, budget):
     """bf16 logits put exact ties at the budget's boundary (here the budget splits each: 3-7 tied, 1-3 chosen).
@@ -269,6 +308,19 @@ def test_threshold_cuts_a_tie_at_the_budget_by_the_heap_order(seed, budget):
     got, fell_back = _threshold(vals, ids, budget)
     _assert_same(f"seed {seed} b{budget}", got, reference.build_tree_arrays(vals, ids, budget, 3, 0))
     assert fell_back == 0, f"seed {seed} b{budget}: built serially, not by the threshold"
+
+
+def test_threshold_cuts_a_pool_past_its_small_tile(monkeypatch):
+    """The cut reads the pool in a SMALL tile when it fits (the usual pool: the budget and a few), else in the whole
+    CAPT: both give the reference's trees. SMALL made 16 here, so the random draws and the split ties above take the
+    wide branch."""
+    constants = threshold.threshold_constants
+    monkeypatch.setattr(threshold, "threshold_constants", lambda *a: dict(constants(*a), SMALL=16))
+    for seed, budget in ((24, 64), (22, 128), (5, 40)):
+        vals, ids = topk_reference.sorted_topk_logprobs(_bf16(15, 2000, seed), 8)
+        got, fell_back = _threshold(vals, ids, budget)
+        _assert_same(f"seed {seed} b{budget}", got, reference.build_tree_arrays(vals, ids, budget, 3, 0))
+        assert fell_back == 0
 
 
 @pytest.mark.parametrize("budget", [7, 8, 9])

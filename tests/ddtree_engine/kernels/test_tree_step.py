@@ -245,13 +245,14 @@ def test_an_unknown_build_method_is_refused():
 
 
 def test_the_default_build_is_the_threshold_from_its_budget():
-    """The threshold build from budget 256 (faster there on every draw measured, slower below on most), the serial
+    """The threshold build from budget 128 (faster there on every draw measured, slower at 64 on most), the serial
     build under it, for the one-launch build, which does not take the threshold, and for shapes it does not take."""
     from ddtree_engine.kernels.tree_step import THRESHOLD_FROM_BUDGET
 
-    assert THRESHOLD_FROM_BUDGET == 256
+    assert THRESHOLD_FROM_BUDGET == 128
+    assert TreeStep(15, 300, 128, 8, DEVICE).build_method == "threshold"
     assert TreeStep(15, 300, 256, 8, DEVICE).build_method == "threshold"
-    assert TreeStep(15, 300, 255, 8, DEVICE).build_method == "serial"
+    assert TreeStep(15, 300, 127, 8, DEVICE).build_method == "serial"
     assert TreeStep(15, 300, 15, 8, DEVICE).build_method == "serial"
     assert TreeStep(15, 300, 256, 8, DEVICE, fused=True).build_method == "serial"
     assert TreeStep(5, 2000, 1024, 1024, DEVICE).build_method == "serial"  # a pool past threshold.MAX_VECTOR

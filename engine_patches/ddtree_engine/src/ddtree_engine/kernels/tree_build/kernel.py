@@ -46,8 +46,9 @@ flagged, in 30-53 us at budget 256 against this build's 97 on fp64 inputs (selec
 2026-12-04, benchmarks/results/build_threshold_20261204.json), but the step was slower on bf16 logits (238 against
 121 us at 256), whose equal log-probs put a tie at the boundary in most draws and so ran this build after it
 (build_threshold_step_20261204.*; README "A threshold selection"). Cutting such a tie by the heap's order itself
-(threshold.py, method "threshold"), it is TreeStep's build from budget 256: the step 89.8-95.1 us against this
-build's 121.7-125.4 on 7 bf16 draws, slower below (build_threshold_cut_20261204.*; README "The threshold build").
+(threshold.py, method "threshold"), it is TreeStep's build from budget 128: the step 51.1-58.8 us at 256 against
+this build's 121.8-125.3 and 40.4-56.4 at 128 against 72.8-77.6 on 7 bf16 draws, mixed at 64
+(build_threshold_cut2_20261204.*; README "The threshold build").
 
 After the loop (`budget` pops, fixed), the chosen nodes are laid out depth-major (layout.py), the rank
 path of each read off the workspace's parent links.

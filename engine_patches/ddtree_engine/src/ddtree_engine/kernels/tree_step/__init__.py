@@ -19,12 +19,11 @@ from ..tree_mask import reference as mask_reference
 from ..tree_walk import reference as walk_reference
 from ..topk_logprobs import reference as topk_reference
 
-# The budget from which TreeStep builds by threshold (tree_build/threshold.py). H200, 2026-12-04, whole step in a
-# CUDA graph, bf16 [15, 151,936] logits, 7 draws (benchmarks/results/build_threshold_cut_20261204.txt): budget 256
-# 89.8-95.1 us against the serial build's 121.7-125.4 on every draw; 128 54.0-88.8 against 72.8-77.6 (slower on 6
-# of 7: a tie split at the cut costs its order ~40 us, peaked trees their 15 levels), 64 48.4-82.9 against 40.3-44.8
-# (slower on every draw).
-THRESHOLD_FROM_BUDGET = 256
+# The budget from which TreeStep builds by threshold (tree_build/threshold.py). H200, 2026-12-04 ~21:05 UTC, whole
+# step in a CUDA graph, bf16 [15, 151,936] logits, 7 draws (benchmarks/results/build_threshold_cut2_20261204.txt):
+# budget 256 51.1-58.8 us against the serial build's 121.8-125.3, 128 40.4-56.4 against 72.8-77.6 (faster on every
+# draw at both); 64 38.4-55.4 against 40.0-44.9 (slower on 4 of 7: its fixed ~15 us floor against a 21 us build).
+THRESHOLD_FROM_BUDGET = 128
 
 __all__ = ["TreeStep", "reference_step"]
 
