@@ -54,6 +54,27 @@ def _write_tree(
 
 
 @triton.jit
+def _chosen_nodes(keys_ptr, scores_ptr, n_chosen, top, B: tl.constexpr, NB: tl.constexpr):
+    """The n_chosen layout keys at keys_ptr (the rank path's root level at bit `top`) and their scores, read as [NB]
+    vectors: (index, in range, score, depth, rank, key)."""
+    gi = tl.arange(0, NB)
+    cm = gi < n_chosen
+    key = tl.load(keys_ptr + gi, mask=cm, other=_NONE)
+    score = tl.load(scores_ptr + gi, mask=cm, other=0.0)
+    dep = (key >> _KEY_BITS).to(tl.int32)
+    rnk = ((key >> (top - B * dep).to(tl.int64)) & ((1 << B) - 1)).to(tl.int32)
+    return gi, cm, score, dep, rnk, key
+
+
+@triton.jit
+def _parent_key(key, top, B: tl.constexpr):
+    """The layout key of each key's parent (any shape): one level up, the key's own rank cleared."""
+    dep = key >> _KEY_BITS
+    one = tl.zeros_like(key) + 1
+    return ((dep - 1) << _KEY_BITS) | ((key & ((one << _KEY_BITS) - 1)) & ~(((one << B) - 1) << (top - B * dep)))
+
+
+@triton.jit
 def _write_keyed_tree(
     keys_ptr, scores_ptr, n_chosen, top, root_ptr, ids_ptr, tok_ptr, par_ptr, dep_ptr, rank_ptr, score_ptr, n_ptr,
     BUDGET: tl.constexpr, K: tl.constexpr, B: tl.constexpr, NB: tl.constexpr, NP: tl.constexpr, COLS: tl.constexpr,
@@ -62,18 +83,9 @@ def _write_keyed_tree(
     scores at scores_ptr; the rank path's root level at bit `top`): a node's place is 1 + the chosen keys below its
     own, its parent's the same for the parent's key (the node's with its own rank cleared, one level up); both
     counts on the keys read back as a column (`_count_below`)."""
-    gi = tl.arange(0, NB)
-    cm = gi < n_chosen
-    key = tl.load(keys_ptr + gi, mask=cm, other=_NONE)
-    score = tl.load(scores_ptr + gi, mask=cm, other=0.0)
-    dep = (key >> _KEY_BITS).to(tl.int32)
-    shift = (top - B * dep).to(tl.int64)
-    rnk = ((key >> shift) & ((1 << B) - 1)).to(tl.int32)
+    gi, cm, score, dep, rnk, _ = _chosen_nodes(keys_ptr, scores_ptr, n_chosen, top, B, NB)
     keyr = tl.load(keys_ptr + gi[:, None], mask=cm[:, None], other=_NONE)
-    depr = keyr >> _KEY_BITS
-    shiftr = top - B * depr
-    one = tl.full([NB, 1], 1, tl.int64)
-    pkeyr = ((depr - 1) << _KEY_BITS) | ((keyr & ((one << _KEY_BITS) - 1)) & ~(((one << B) - 1) << shiftr))
+    pkeyr = _parent_key(keyr, top, B)
     place = _count_below(keys_ptr, n_chosen, keyr, NB, COLS).to(tl.int64) + 1
     pplace = _count_below(keys_ptr, n_chosen, pkeyr, NB, COLS).to(tl.int64)
     pplace = tl.where(dep > 0, pplace + 1, 0)
@@ -91,15 +103,8 @@ def _write_sorted_tree(
     the keys (log2 NB + 1 loads a node) instead of counting every key below it. H200 2026-12-04
     (benchmarks/results/build_threshold_cut2_20261204.*): the threshold build's layout took 12-13 us at budget 256
     with the two counts."""
-    gi = tl.arange(0, NB)
-    cm = gi < n_chosen
-    key = tl.load(keys_ptr + gi, mask=cm, other=_NONE)
-    score = tl.load(scores_ptr + gi, mask=cm, other=0.0)
-    dep = (key >> _KEY_BITS).to(tl.int32)
-    shift = (top - B * dep).to(tl.int64)
-    rnk = ((key >> shift) & ((1 << B) - 1)).to(tl.int32)
-    one = tl.full([NB], 1, tl.int64)
-    pkey = ((dep.to(tl.int64) - 1) << _KEY_BITS) | ((key & ((one << _KEY_BITS) - 1)) & ~(((one << B) - 1) << shift))
+    gi, cm, score, dep, rnk, key = _chosen_nodes(keys_ptr, scores_ptr, n_chosen, top, B, NB)
+    pkey = _parent_key(key, top, B)
     # Lower bound of pkey in the NB keys (those past n_chosen read as _NONE, above every key): halve the range.
     lo = tl.zeros([NB], dtype=tl.int32)
     for step in tl.static_range(13):
