@@ -44,6 +44,20 @@ def _masked(depths: int, vocab: int, seed: int) -> torch.Tensor:
     return x
 
 
+def _nonfinite(depths: int, vocab: int, seed: int, dtype=torch.float32) -> torch.Tensor:
+    """What an overflowed drafter writes: NaN tokens (the row's argmax among them), a row with two +inf tokens,
+    a NaN row, and a row of NaN but three finite tokens (fewer than K)."""
+    x = _logits(depths, vocab, seed)
+    x[0, 3::29] = float("nan")
+    x[0, int(x[0].nan_to_num(nan=-1e9).argmax())] = float("nan")
+    x[1, 7] = x[1, vocab - 2] = float("inf")
+    x[1, 9] = float("nan")
+    x[2] = float("nan")
+    x[3] = float("nan")
+    x[3, [1, vocab // 2, vocab - 1]] = torch.tensor([0.5, -1.0, 2.0])
+    return x.to(dtype)
+
+
 CASES = {  # name: (logits, k)
     "one depth": (_logits(1, 7, 0), 3),
     "odd sizes": (_logits(5, 13, 1), 4),
@@ -56,6 +70,9 @@ CASES = {  # name: (logits, k)
     "-inf and signed zeros": (_masked(3, 40, 7), 8),
     "large logits": (_logits(3, 500, 8, scale=1e4), 8),
     "k = 16, bf16": (_logits(2, 3001, 14, torch.bfloat16), 16),
+    "NaN and +inf": (_nonfinite(5, 300, 22), 8),
+    "NaN and +inf, bf16": (_nonfinite(5, 300, 23, torch.bfloat16), 8),
+    "NaN and +inf, fp16": (_nonfinite(5, 300, 24, torch.float16), 4),
 }
 
 
@@ -110,6 +127,7 @@ BLOCK_CASES = {  # name: (logits, k, block): ceil(V / block) programs per row, t
     "block larger than V": (_logits(3, 20, 19), 4, 8192),
     "random fp32, k = 16": (_logits(2, 3000, 20), 16, 32),
     "random bf16, k = 8": (_logits(2, 3000, 21, torch.bfloat16), 8, 64),
+    "NaN and +inf across blocks": (_nonfinite(5, 300, 25), 8, 16),
 }
 
 
@@ -169,6 +187,23 @@ def test_equal_logits_in_a_row_give_bit_equal_logprobs(block):
     vals, ids = kernel.topk_logprobs(logits[:, :6].to(DEVICE), 4)
     assert ids.cpu().tolist() == [[1, 2, 4, 0]]
     assert vals[0, 0].item() == vals[0, 1].item() == vals[0, 2].item()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_nan_logit_has_probability_zero_and_inf_logits_share_the_row(dtype):
+    vocab, k = 300, 8
+    logits = _nonfinite(5, vocab, 26, dtype)
+    vals, ids = kernel.topk_logprobs(logits.to(DEVICE), k, block=64)
+    vals, ids = vals.cpu(), ids.cpu().tolist()
+    row0 = logits[0].float()
+    finite = torch.isfinite(row0).nonzero().flatten().tolist()
+    assert ids[0] == sorted(finite, key=lambda t: (-row0[t].item(), t))[:k], "row 0: a NaN token ranked, or the order is off"
+    assert torch.isfinite(vals[0]).all()
+    assert ids[1][:2] == [7, vocab - 2] and 9 not in ids[1], "row 1: the +inf tokens are not first, or the NaN ranked"
+    assert torch.allclose(vals[1, :2], torch.tensor([-0.6931471805599453] * 2, dtype=torch.float64), atol=1e-7)
+    assert (vals[1, 2:] < -1e38).all() and torch.isfinite(vals[1, 2:]).all(), "row 1: the finite tokens keep no probability"
+    assert ids[2] == list(range(k)) and (vals[2] == float("-inf")).all(), "row 2 (NaN only): not -inf, ids 0 .. K - 1"
+    assert ids[3][:3] == [vocab - 1, 1, vocab // 2] and torch.isfinite(vals[3, :3]).all() and (vals[3, 3:] == float("-inf")).all()
 
 
 def test_bad_inputs_are_refused():

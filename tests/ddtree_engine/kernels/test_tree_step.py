@@ -110,6 +110,35 @@ def test_step_matches_the_references(name, method):
         assert int(step.walked[2][0]) >= 2, f"{name}: the walk accepted nothing"
 
 
+def _nonfinite(depths, vocab, seed, dtype):
+    """An overflowed drafter's logits: NaN tokens (row 0's best among them), +inf tokens, a NaN row at `depths - 2`."""
+    x = _logits(depths, vocab, seed)
+    x[0, 5::23] = float("nan")
+    x[0, int(x[0].nan_to_num(nan=-1e9).argmax())] = float("nan")
+    x[1, [4, 40]] = float("inf")
+    x[depths - 2] = float("nan")
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("shape", ["b15 k4", "budget past the finite nodes"])
+def test_non_finite_logits_give_the_references_tree(shape, method):
+    """NaN logits count as -inf and +inf as the largest finite fp32 (topk_logprobs' note): every build gives the
+    references' tree, its compile and walk, a tree of vocabulary ids; past a NaN row only -inf nodes are left,
+    drafted when the budget reaches them."""
+    # 6 depths, K 4: more finite prefixes than the budget. 4 depths, K 2: 6 finite ones above the NaN row (depth 3).
+    depths, budget, topk = (6, 15, 4) if shape == "b15 k4" else (4, 15, 2)
+    for dtype in (torch.float32, torch.bfloat16):
+        logits = _nonfinite(depths, 300, 7, dtype)
+        step, want = _run_step(depths, 300, budget, topk, 0, logits, 17, 40, 7, method, block=64)
+        _compare(f"{shape} {dtype}", step, want)
+        tokens, _, _, _, scores, num_nodes = (t.cpu() for t in step.tree)
+        n = int(num_nodes[0])
+        assert ((tokens[:n] >= 0) & (tokens[:n] < 300)).all() and not torch.isnan(scores[:n]).any()
+        infinite = int(torch.isinf(scores[1:n]).sum())
+        assert n == budget + 1 and infinite == (0 if shape == "b15 k4" else budget - 6), f"{infinite} -inf nodes"
+
+
 @pytest.mark.skipif(
     torch.cuda.is_available(), reason="runs the CPU test engines through the interpreter; a GPU host runs the kernels natively above"
 )

@@ -34,7 +34,13 @@ comparison: 255 registers and spills with Triton 3.6, 58.8 us, an earlier run), 
 
 Precision: the exponentials and the final log are fp32, the sums fp64, so log-probs agree with
 the float64 reference to about 1e-7; ids agree exactly (distinct fp32 logits give distinct float64
-log-probs in the same order). NaN and +inf logits are not supported.
+log-probs in the same order).
+
+Non-finite logits (a drafter that overflowed): a NaN logit counts as -inf (its token has probability 0 and is
+never ranked above a real one) and a +inf logit as the largest finite fp32 value (so the +inf tokens of a row
+share its probability, as in softmax's limit), in both passes and in the reference (`finite_logits`). A row of
+NaN or -inf only gives -inf log-probs, ids 0 .. K - 1. So the tree stays a tree of vocabulary ids whatever the
+drafter writes; the target's verify keeps the output lossless.
 """
 
 from __future__ import annotations
@@ -52,6 +58,8 @@ _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # ln 2 split so both halves are exact fp32 constants (Triton makes Python floats fp32).
 _LN2_HI = tl.constexpr(0.693145751953125)
 _LN2_LO = tl.constexpr(1.428606765330187e-06)
+# What a +inf logit counts as: the largest finite fp32 (`_widen`; reference.FLT_MAX).
+_FLT_MAX = tl.constexpr(3.4028234663852886e38)
 # Whether the selections take `tl.topk` (`_top_keys`). Triton's interpreter runs it ~17x slower than the
 # rounds (test_real_vocabulary_in_one_pass: 38.5 s against 2.2 s), so under TRITON_INTERPRET=1 they take
 # the rounds, the same keys; tests/ddtree_engine/kernels/test_topk_kernel.py sets this to run its cases
@@ -101,7 +109,7 @@ def _chunk_keys(
     if GROUP == 1:
         offs = chunk * BLOCK + tl.arange(0, BLOCK)
         valid = offs < V
-        x = tl.load(base_row + offs, mask=valid, other=float("-inf")).to(tl.float32)
+        x = _widen(tl.load(base_row + offs, mask=valid, other=float("-inf")))
         m, s = _max_and_sum(x, valid)
         key = _keys(x, offs, valid)
     else:
@@ -109,7 +117,7 @@ def _chunk_keys(
         first = chunk * BLOCK + tl.arange(0, NG) * GROUP  # each group's first token
         offs2 = first[:, None] + tl.arange(0, GROUP)[None, :]
         valid2 = offs2 < V
-        x2 = tl.load(base_row + offs2, mask=valid2, other=float("-inf")).to(tl.float32)
+        x2 = _widen(tl.load(base_row + offs2, mask=valid2, other=float("-inf")))
         gmax = tl.max(x2, axis=1)
         m = tl.max(gmax, axis=0)
         m_safe = tl.where(m == float("-inf"), 0.0, m)
@@ -121,12 +129,20 @@ def _chunk_keys(
         cand = (0x7FFFFFFF - (chosen & 0xFFFFFFFF)).to(tl.int32)
         coffs = cand[:, None] + tl.arange(0, GROUP)[None, :]
         cvalid = real[:, None] & (coffs < V)
-        cx = tl.load(base_row + coffs, mask=cvalid, other=float("-inf")).to(tl.float32)
+        cx = _widen(tl.load(base_row + coffs, mask=cvalid, other=float("-inf")))
         key = tl.reshape(_keys(cx, coffs, cvalid), [KP * GROUP])
     base = (row * NCHUNK + chunk) * KP
     tl.store(keys_ptr + base + tl.arange(0, KP), _top_keys(key, K, KP))
     tl.store(max_ptr + row * NCHUNK + chunk, m)
     tl.store(sum_ptr + row * NCHUNK + chunk, s)
+
+
+@triton.jit
+def _widen(x):
+    """Loaded logits as fp32, a NaN as -inf and +inf as the largest finite value (the module's note)."""
+    x = x.to(tl.float32)
+    x = tl.where(x != x, float("-inf"), x)
+    return tl.where(x == float("inf"), _FLT_MAX, x)
 
 
 @triton.jit
