@@ -139,6 +139,52 @@ def test_non_finite_logits_give_the_references_tree(shape, method):
         assert n == budget + 1 and infinite == (0 if shape == "b15 k4" else budget - 6), f"{infinite} -inf nodes"
 
 
+def _random_case(rng):
+    """One random step shape and its logits: ties (small integers) or not, NaN / +inf / -inf tokens and rows."""
+    depths, vocab = rng.randint(1, 6), rng.choice([20, 64, 130, 300])
+    budget, topk, method = rng.choice([1, 3, 8, 15, 22, 40]), rng.choice([1, 2, 3, 4, 8]), rng.choice(METHODS)
+    spine = rng.choice([0, 0, 1, 2]) if method in ("serial", "threshold", "fused serial") else 0
+    g = torch.Generator().manual_seed(rng.randrange(10**6))
+    if rng.random() < 0.5:
+        x = torch.randint(0, 3, (depths, vocab), generator=g).float()
+    else:
+        x = torch.randn(depths, vocab, generator=g) * rng.choice([0.5, 3.0, 30.0])
+    for _ in range(rng.randint(0, 5)):
+        r, t = rng.randrange(depths), rng.randrange(vocab)
+        kind = rng.choice(["nan", "inf", "-inf", "nan row", "-inf row", "-inf tail"])
+        if kind in ("nan", "inf", "-inf"):
+            x[r, t] = float(kind)
+        else:
+            x[r, t if kind == "-inf tail" else 0:] = float("nan" if kind == "nan row" else "-inf")
+    dtype = rng.choice([torch.float32, torch.bfloat16, torch.float16])
+    return depths, vocab, budget, topk, spine, method, rng.choice([16, 64, 4096]), x.to(dtype)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_steps_with_ties_and_non_finite_logits_match_the_references(seed):
+    """Random shapes, builds and logits (ties, NaN, +inf, -inf): the top-K table is the float64 reference's
+    (ids exact, log-probs within 1e-6) and the tree, compile and walk are the references' on that table bit for
+    bit (on the float64 table itself, prefixes whose scores tie in exact arithmetic may order either way)."""
+    import random
+
+    rng = random.Random(seed)
+    for case in range(10):
+        depths, vocab, budget, topk, spine, method, block, x = _random_case(rng)
+        name = f"seed {seed} case {case}: L {depths} V {vocab} budget {budget} topk {topk} spine {spine} {method} {x.dtype}"
+        step = TreeStep(depths, vocab, budget, topk, DEVICE, spine, topk_block=block, **_variant(method))
+        step.build(x.to(DEVICE), torch.tensor([17], device=DEVICE), torch.tensor([40], device=DEVICE))
+        table = (step.vals.cpu(), step.ids.cpu())
+        want_vals, want_ids = topk_reference.sorted_topk_logprobs(x, step.k)
+        assert torch.equal(table[1], want_ids), f"{name}: top-K ids differ"
+        finite = torch.isfinite(want_vals)
+        assert torch.equal(torch.isfinite(table[0]), finite), f"{name}: -inf log-probs differ"
+        assert not finite.any() or (table[0][finite] - want_vals[finite]).abs().max() < 1e-6, f"{name}: log-probs"
+        tree, _, _ = reference_step(x, budget, topk, 17, 40, None, spine, topk_table=table)
+        choices = _deep_choices(tree, case)
+        step.walk(choices.to(DEVICE))
+        _compare(name, step, reference_step(x, budget, topk, 17, 40, choices, spine, topk_table=table))
+
+
 @pytest.mark.skipif(
     torch.cuda.is_available(), reason="runs the CPU test engines through the interpreter; a GPU host runs the kernels natively above"
 )

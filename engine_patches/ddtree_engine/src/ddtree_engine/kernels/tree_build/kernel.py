@@ -278,7 +278,9 @@ def build_tree_arrays(
     """The draft tree over the per-depth top-K, fixed shape N = budget + 1 (Triton).
 
     Args:
-        vals: [L, K] float64 per-depth log-probs, best first; ids: [L, K] int64 token ids.
+        vals: [L, K] float64 per-depth log-probs, best first, -inf allowed and no NaN (topk_logprobs gives none:
+            it counts a NaN logit as -inf; fed NaN, the levels builds made nodes their own parents); ids: [L, K]
+            int64 token ids.
         budget: drafted nodes, >= 1.
         root: [1] int64 on vals' device, the root token (read by the kernel: no host sync).
         spine_depth: reserve the top-1 chain down to this depth first (capped by L, budget).
