@@ -11,6 +11,12 @@ Rows, over the same [L=15, V=151,936] bf16 draft logits:
 - kernel eager: TreeStep.build + walk, launched from Python each time;
 - kernel graph: the same captured once in a CUDA graph and replayed (what a serving loop runs).
 
+Each budget's "PDL" and "plain launches" rows are its step with and without programmatic dependent launch
+(kernels/gdc.py: pdl=True / False; the main row takes the default, DDTREE_PDL else off), and "fused PDL" the
+one-launch build with it, measured in the same run.
+The argmax in a graph is one kernel into a static output (`torch.argmax(..., out=)`; before 2026-12-05 a
+copy followed it).
+
 Budgets 15 (topk 8), 22, 64, 256 (topk 8). Ratios printed: kernel graph / argmax (target <=
 1.2), today / kernel graph (target >= 25x at b15, >= 40x at b256), and each against eager.
 
@@ -27,7 +33,10 @@ before it), with the level-by-level build (TreeStep(build_method=
 "levels")), with the one-launch build (TreeStep(fused=True): top-K, build and compile in one kernel)
 and with both, each checked against the serial step and timed in a CUDA graph; last the build alone, serial against levels at 1, 4 and 8 warps, in CUDA graphs.
 
-    python benchmarks/bench_tree_step.py [--out DIR]   (JSON to DIR, else $OUT, else benchmarks/results/)
+    python benchmarks/bench_tree_step.py [--quick] [--out DIR]   (JSON to DIR, else $OUT, else benchmarks/results/)
+
+--quick: the main table with its serial, threshold, fused and plain-launch rows (no top-K groups, levels
+and fused levels left out), then the stage table; nothing after it.
 """
 
 from __future__ import annotations
@@ -180,6 +189,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--rep", type=int, default=200, help="do_bench rep (ms) per measurement")
+    parser.add_argument("--quick", action="store_true",
+                        help="the main table (with and without PDL, serial, threshold, fused) and the stage table only")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU")
@@ -202,8 +213,8 @@ def main() -> None:
     argmax_us = bench(lambda: logits.argmax(dim=-1))
     graph_argmax = torch.cuda.CUDAGraph()
     out_argmax = logits.argmax(dim=-1)
-    with torch.cuda.graph(graph_argmax):
-        out_argmax.copy_(logits.argmax(dim=-1))
+    with torch.cuda.graph(graph_argmax):  # one kernel, into a static output (no copy after it)
+        torch.argmax(logits, dim=-1, out=out_argmax)
     argmax_graph_us = bench(graph_argmax.replay)
     print(f"argmax [L, V]: {argmax_us:.1f} us eager, {argmax_graph_us:.1f} us in a CUDA graph")
     rows = []
@@ -245,10 +256,13 @@ def main() -> None:
         # The same step with the level-by-level build (tree_build kernel, method "levels") and with the
         # one-launch build (TreeStep(fused=True): top-K, build and compile in one kernel), each checked
         # against the serial step's arrays and timed in a CUDA graph.
-        for name, method, fused, group in (("serial", "serial", False, None), ("threshold", "threshold", False, None),
-                                           ("no top-K groups", "serial", False, 1), ("levels", "levels", False, None),
-                                           ("fused", "serial", True, None), ("fused levels", "levels", True, None)):
-            other = TreeStep(DEPTHS, VOCAB, budget, topk, device, build_method=method, fused=fused, topk_group=group)
+        variants = [("serial", "serial", False, None, None), ("threshold", "threshold", False, None, None),
+                    ("PDL", None, False, None, True), ("plain launches", None, False, None, False),
+                    ("no top-K groups", "serial", False, 1, None), ("levels", "levels", False, None, None),
+                    ("fused", "serial", True, None, None), ("fused PDL", "serial", True, None, True),
+                    ("fused levels", "levels", True, None, None)]
+        for name, method, fused, group, pdl in variants[:4] + variants[6:8] if args.quick else variants:
+            other = TreeStep(DEPTHS, VOCAB, budget, topk, device, build_method=method, fused=fused, topk_group=group, pdl=pdl)
 
             def eager_other(step=other, choices=choices):
                 step.build(logits, root, prefix)
@@ -268,6 +282,9 @@ def main() -> None:
                 f"{graph_us / us:.2f}x" + ("" if matches else "  MISMATCH vs the serial step")
             )
     floor_table = floor_rows(logits, root, prefix, bench, argmax_us, argmax_graph_us)
+    if args.quick:
+        _write(args.out, {"info": info, "rows": rows, "by_stage": floor_table})
+        return
     topk_table = topk_rows(logits, bench, argmax_us, argmax_graph_us)
     # Where the kernel time goes at each budget (one stage at a time, eager launches, GPU time).
     stages = {}
@@ -332,11 +349,15 @@ def main() -> None:
             best = min(row[f"levels_{w}w"] for w in (1, 4, 8))
             print(f"build {kind} b{budget} (depth {row['depth']}) in a CUDA graph: serial {row['serial']:.1f} us, levels "
                   + ", ".join(f"{w}w {row[f'levels_{w}w']:.1f}" for w in (1, 4, 8)) + f" us; serial / best levels {row['serial'] / best:.2f}x")
-    out = Path(args.out)
+    _write(args.out, {"info": info, "rows": rows, "by_stage": floor_table, "topk": topk_table, "stages": stages,
+                      "build_warps": build_warps, "build_levels": build_levels})
+
+
+def _write(out_dir: str, result: dict) -> None:
+    out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"bench_tree_step_{time.strftime('%Y%m%d_%H%M%S')}.json"
-    path.write_text(json.dumps({"info": info, "rows": rows, "by_stage": floor_table, "topk": topk_table, "stages": stages, "build_warps": build_warps,
-                                           "build_levels": build_levels}, indent=2))
+    path.write_text(json.dumps(result, indent=2))
     print(f"# raw JSON: {path}")
 
 

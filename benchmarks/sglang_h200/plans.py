@@ -9,6 +9,8 @@ graph (lossless.py): CUDA graphs on (first run on the H200 2026-12-01: 8/8 equal
   as wide (15/8: 16), and wider (32/8: 33 rows; the drafter eager when it ran, its graphs at its block since the
   default changed), and 15/8 again with graphs off beside them.
 cost-graph (step_cost.py): DDTREE with CUDA graphs (ddtree-graph-B-K) beside DFLASH with graphs and DDTREE eager.
+wide (lossless.py): the lab pair at DDTREE 128/8 and 256/8 (the threshold build) with CUDA graphs, 128/8 eager,
+  and 15/8 and 128/8 with graphs and programmatic dependent launch (DDTREE_PDL=1), against AR.
 rerun RESULTS_JSON: the grid's configurations that did not finish there, with each pair's AR again.
 q3-rest (lossless.py): the q3 pair's grid past what the 2026-12-01 run reached (it stopped after 8/1).
 graph+q3 (lossless.py): graph and q3-rest in one run (the lab pair's graphed DDTREE after a worker change, and
@@ -169,6 +171,20 @@ def fit():
                    expect_error="DDTREE budget 127", timeout=240)]
 
 
+def wide():
+    """The lab pair at the budgets TreeStep builds by threshold (from 128 since 2026-12-04) with CUDA graphs, and
+    with the tree kernels' programmatic dependent launches (DDTREE_PDL=1, kernels/gdc.py) at 15/8 and 128/8 beside
+    plain launches, each against AR."""
+    graphs_on = {"extra": {"disable_cuda_graph": False}}
+    return [{"label": "lab ar", "pair": "lab"},
+            ddtree("lab ddtree 128/8 graph", "lab", 128, 8, trace=True, **graphs_on),
+            ddtree("lab ddtree 256/8 graph", "lab", 256, 8, **graphs_on),
+            ddtree("lab ddtree 128/8", "lab", 128, 8),
+            ddtree("lab ddtree 15/8 graph", "lab", 15, 8, **graphs_on),
+            ddtree("lab ddtree 15/8 graph pdl", "lab", 15, 8, env={"DDTREE_PDL": "1"}, **graphs_on),
+            ddtree("lab ddtree 128/8 graph pdl", "lab", 128, 8, env={"DDTREE_PDL": "1"}, **graphs_on)]
+
+
 def rerun(results_json):
     """The grid's configurations that did not finish in RESULTS_JSON, plus each pair's AR (the reference)."""
     done = {r["label"] for r in json.load(open(results_json)) if r.get("rc") == 0 and "res" in r}
@@ -179,5 +195,5 @@ if __name__ == "__main__":
     plans = {"grid": grid, "cost": cost, "graph": graph, "cost-graph": cost_graph, "rerun": rerun,
              "q3-rest": q3_rest, "cost-rest": cost_rest, "graph+q3": lambda: graph() + q3_rest(),
              "cost-prep": cost_prep, "cost-now": cost_now, "cost-rounds": cost_rounds, "draftgraph": draftgraph,
-             "cost-draftgraph": cost_draftgraph, "cost-host": cost_host, "batch": batch, "next": lambda: graph() + batch() + fit(), "fit": fit}
+             "cost-draftgraph": cost_draftgraph, "cost-host": cost_host, "batch": batch, "next": lambda: graph() + batch() + fit(), "fit": fit, "wide": wide}
     print(json.dumps(plans[sys.argv[1]](*sys.argv[2:])))

@@ -390,28 +390,29 @@ sig = {"vals_ptr": "*fp64", "ids_ptr": "*i64", "root_ptr": "*i64", "L": "i32", "
        "score_ptr": "*fp64", "n_ptr": "*i64"}
 for budget, topk in ((15, 8), (256, 8), (100, 16), (1000, 16)):
     for fn, levels, skip in ((k._build_tree, False, ()), (k._build_tree_levels, True, ("spine",))):
-        consts = k.launch_constants(budget, topk, levels)
+        consts = dict(k.launch_constants(budget, topk, levels), GDC=True)  # as launched on the H200 (kernels/gdc.py)
         params = {n: t for n, t in sig.items() if n not in skip}
         src = ASTSource(fn=fn, signature={**params, **{c: "constexpr" for c in consts}}, constexprs=consts)
         ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": k.default_warps(budget)}).asm["ptx"]
-        print(fn.__name__, budget, topk, ".target sm_90" in ptx)
+        print(fn.__name__, budget, topk, ".target sm_90" in ptx and "griddepcontrol.wait" in ptx)
 from ddtree_engine.kernels.tree_build import threshold as th
 tsig = dict(sig, tws_ptr="*i64", tws_score_ptr="*fp64", flag_ptr="*i64")
 order = ("vals_ptr", "ids_ptr", "root_ptr", "L", "spine", "ws_ptr", "ws_score_ptr", "tws_ptr", "tws_score_ptr", "tok_ptr",
          "par_ptr", "dep_ptr", "rank_ptr", "score_ptr", "n_ptr", "flag_ptr")
 for budget, topk in ((64, 8), (256, 8)):
-    consts = dict(k.launch_constants(budget, topk, False), **th.threshold_constants(budget, topk, 15))
+    consts = dict(k.launch_constants(budget, topk, False), **th.threshold_constants(budget, topk, 15), GDC=True)
     src = ASTSource(fn=th._build_tree_threshold, signature={**{n: tsig[n] for n in order}, **{c: "constexpr" for c in consts}},
                     constexprs=consts)
     ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": k.THRESHOLD_WARPS}).asm["ptx"]
-    print("_build_tree_threshold", budget, topk, ".target sm_90" in ptx)
+    print("_build_tree_threshold", budget, topk, ".target sm_90" in ptx and "griddepcontrol.wait" in ptx)
 """
 
 
 def test_the_build_kernels_compile_for_the_h200_without_one():
     """The interpreter runs a kernel's Python, not Triton's compiler, so what only the compiler refuses (a
     loop-carried value changing type, say) would show first on a GPU; Triton compiles to sm_90 PTX with
-    its own ptxas on any host. In a child process: the kernels here are the interpreter's."""
+    its own ptxas on any host. In a child process: the kernels here are the interpreter's. Compiled as the
+    H200 launches them, with programmatic dependent launch (GDC: its wait is in the PTX)."""
     env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1")
     proc = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

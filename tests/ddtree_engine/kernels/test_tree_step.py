@@ -351,10 +351,11 @@ sig = {"logits_ptr": "*bf16", "stride_row": i32, "V": i32, "NCHUNK": i32, "keys_
 for budget, topk, levels in ((15, 8, False), (15, 8, True), (256, 8, True), (256, 8, False), (1000, 16, False)):
     # The constants FusedBuild launches with at V = 151,936 (int32 frontier keys but at budget 1000).
     consts = {**topk_kernel.first_pass_constants(151_936, topk, 4096), **build_kernel.launch_constants(budget, topk, True),
-              **build_kernel.key_constants(budget, topk), **mask_kernel.launch_constants(budget + 1, k.FUSED_COMPILE_ROWS), "LEVELS": levels}
+              **build_kernel.key_constants(budget, topk), **mask_kernel.launch_constants(budget + 1, k.FUSED_COMPILE_ROWS), "LEVELS": levels,
+              "GDC": True}  # as launched on the H200 (kernels/gdc.py)
     src = ASTSource(fn=k._fused_build, signature={**sig, **{c: "constexpr" for c in consts}}, constexprs=consts)
     ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4}).asm["ptx"]
-    print("fused", budget, topk, levels, ".target sm_90" in ptx, "atom.global.gpu.acq_rel.add" in ptx)
+    print("fused", budget, topk, levels, ".target sm_90" in ptx and "griddepcontrol.wait" in ptx, "atom.global.gpu.acq_rel.add" in ptx)
 """
 
 

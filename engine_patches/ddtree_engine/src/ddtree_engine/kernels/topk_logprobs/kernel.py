@@ -51,6 +51,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..gdc import gdc_enter, launch_options
+
 # Globals a kernel reads must be tl.constexpr (Triton refuses plain globals when compiling).
 # Below every real key: the smallest real key is -inf's, (-2139095041 << 32) | low.
 _SENTINEL = tl.constexpr(-9223372036854775807)
@@ -86,7 +88,9 @@ def _chunk_topk(
     KP: tl.constexpr,
     BLOCK: tl.constexpr,
     GROUP: tl.constexpr,
+    GDC: tl.constexpr = False,
 ):
+    gdc_enter(GDC)
     _chunk_keys(logits_ptr, stride_row, V, NCHUNK, keys_ptr, max_ptr, sum_ptr, tl.program_id(0), tl.program_id(1), K, KP, BLOCK,
                 GROUP)
 
@@ -206,7 +210,9 @@ def _merge_topk(
     KP: tl.constexpr,
     CP: tl.constexpr,
     BLOCK: tl.constexpr,
+    GDC: tl.constexpr = False,
 ):
+    gdc_enter(GDC)
     _merge_row(keys_ptr, max_ptr, sum_ptr, NCHUNK, vals_ptr, ids_ptr, tl.program_id(0), K, KP, CP, BLOCK)
 
 
@@ -289,6 +295,7 @@ def topk_logprobs(
     group: int = DEFAULT_GROUP,
     num_warps: int = 4,
     merge_warps: int = 1,
+    pdl: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The `k` most probable tokens per row of `draft_logits`, best first (Triton).
 
@@ -300,6 +307,7 @@ def topk_logprobs(
         group: tokens per group of the first pass's group stage (a power of two; 1: no group stage;
             capped at the block).
         num_warps: warps per program of the first pass; merge_warps: of the merge's (one a row).
+        pdl: launch both passes with programmatic dependent launch (kernels/gdc.py; None: DDTREE_PDL, else gdc.DEFAULT).
 
     Returns:
         (logprobs [L, k] float64, token_ids [L, k] int64): ties to the lower token id.
@@ -310,9 +318,9 @@ def topk_logprobs(
     out = _outputs(draft_logits, k, out)
     if rows == 0:
         return out
-    keys, maxes, sums = _first_pass(draft_logits, k, consts, num_warps)
+    keys, maxes, sums = _first_pass(draft_logits, k, consts, num_warps, pdl=pdl)
     _merge_topk[(rows,)](keys, maxes, sums, keys.shape[1], out[0], out[1], K=k, KP=consts["KP"], CP=consts["CP"],
-                         BLOCK=consts["BLOCK"], num_warps=merge_warps)
+                         BLOCK=consts["BLOCK"], num_warps=merge_warps, **launch_options(draft_logits, pdl))
     return out
 
 
@@ -323,12 +331,14 @@ def first_pass(
     group: int = DEFAULT_GROUP,
     num_warps: int = 4,
     out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    pdl: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The first pass alone (`_chunk_topk`), what the merge reads; the benchmark times it alone.
 
     Args:
         draft_logits, k, block, group, num_warps: as `topk_logprobs`.
         out: optional (keys, maxes, sums) buffers to fill, shaped as `first_pass_buffers` makes them.
+        pdl: as `topk_logprobs`.
 
     Returns:
         (keys [L, blocks, KP] int64, maxes [L, blocks] fp32, sums [L, blocks] fp64): each block's K best
@@ -336,10 +346,10 @@ def first_pass(
     """
     rows, vocab = _check(draft_logits, k)
     consts = first_pass_constants(vocab, k, block, group)
-    return _first_pass(rows_contiguous(draft_logits), k, consts, num_warps, out)
+    return _first_pass(rows_contiguous(draft_logits), k, consts, num_warps, out, pdl)
 
 
-def _first_pass(draft_logits, k, consts, num_warps, out=None):
+def _first_pass(draft_logits, k, consts, num_warps, out=None, pdl=None):
     """`first_pass` on checked, row-contiguous logits with its constants (topk_logprobs has them already)."""
     rows, vocab = draft_logits.shape
     nchunk = triton.cdiv(vocab, consts["BLOCK"])
@@ -347,7 +357,7 @@ def _first_pass(draft_logits, k, consts, num_warps, out=None):
     if rows:
         _chunk_topk[(rows, nchunk)](
             draft_logits, draft_logits.stride(0), vocab, nchunk, keys, maxes, sums, K=k, KP=consts["KP"],
-            BLOCK=consts["BLOCK"], GROUP=consts["GROUP"], num_warps=num_warps,
+            BLOCK=consts["BLOCK"], GROUP=consts["GROUP"], num_warps=num_warps, **launch_options(draft_logits, pdl),
         )
     return keys, maxes, sums
 

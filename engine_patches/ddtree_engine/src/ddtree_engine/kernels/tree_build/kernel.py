@@ -63,6 +63,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..gdc import gdc_enter, launch_options
 from .layout import _KEY_BITS, _NONE, _count_below, _write_tree
 from .levels import _build_tree_levels
 from .shapes import KEY_BITS, MAX_BUDGET_AND_K, rank_bits, supports
@@ -159,7 +160,9 @@ def _build_tree(
     SR: tl.constexpr,
     SC: tl.constexpr,
     KNONE: tl.constexpr,
+    GDC: tl.constexpr = False,
 ):
+    gdc_enter(GDC)
     slot = tl.arange(0, NB)
     KT = tl.int32 if KNONE == _KNONE32 else tl.int64  # the frontier's keys (key_constants: int32 where they fit)
     # Slot 0: the root's first child (depth 0, rank 0, counter 0).
@@ -274,6 +277,7 @@ def build_tree_arrays(
     method: str = "serial",
     key_layout: dict | None = None,
     fell_back: torch.Tensor | None = None,
+    pdl: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The draft tree over the per-depth top-K, fixed shape N = budget + 1 (Triton).
 
@@ -297,6 +301,7 @@ def build_tree_arrays(
         fell_back: optional [1] int64 on vals' device; method "threshold" writes 1 there when it built the tree
             serially instead (a spine, a shape it does not take, a large tie; the tests check where), 0 when by its
             threshold; other methods leave it.
+        pdl: launch with programmatic dependent launch (kernels/gdc.py; None: DDTREE_PDL, else gdc.DEFAULT).
 
     Returns:
         (tokens, parents, depths, ranks [N] int64, scores [N] float64, num_nodes [1] int64),
@@ -341,6 +346,7 @@ def build_tree_arrays(
     if key_layout is not None:
         shape.update(key_layout)
     ws, ws_score = workspaces(budget, levels, device)
+    gdc = launch_options(vals, pdl)
     if threshold:
         from .threshold import _build_tree_threshold  # threshold.py imports this module
 
@@ -348,11 +354,11 @@ def build_tree_arrays(
         tws = torch.empty(tsize, dtype=torch.int64, device=device)
         tws_score = torch.empty(tsize, dtype=torch.float64, device=device)
         flag = tws[-1:] if fell_back is None else fell_back
-        _build_tree_threshold[(1,)](*inputs, spine, ws, ws_score, tws, tws_score, *out, flag, **shape, **tshape)
+        _build_tree_threshold[(1,)](*inputs, spine, ws, ws_score, tws, tws_score, *out, flag, **shape, **tshape, **gdc)
     elif levels:
-        _build_tree_levels[(1,)](*inputs, ws, ws_score, *out, **shape)
+        _build_tree_levels[(1,)](*inputs, ws, ws_score, *out, **shape, **gdc)
     else:
-        _build_tree[(1,)](*inputs, spine, ws, ws_score, *out, **shape)
+        _build_tree[(1,)](*inputs, spine, ws, ws_score, *out, **shape, **gdc)
         if method == "threshold" and fell_back is not None:
             fell_back.fill_(1)  # a spine, or a shape the threshold build does not take (threshold_fits)
     return out

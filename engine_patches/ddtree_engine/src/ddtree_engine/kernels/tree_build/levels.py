@@ -27,6 +27,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..gdc import gdc_enter
 from .layout import _KEY_BITS, _write_keyed_tree
 
 
@@ -71,7 +72,9 @@ def _build_tree_levels(
     NP: tl.constexpr,
     COLS: tl.constexpr,
     LOGB: tl.constexpr,
+    GDC: tl.constexpr = False,
 ):
+    gdc_enter(GDC)
     # Workspace: scores (fp64) and codes (int64) of the level before and this one (2 x NB each), and of
     # the best nodes so far, G, before and after this level's merge (2 x NB each).
     GS = 2 * NB

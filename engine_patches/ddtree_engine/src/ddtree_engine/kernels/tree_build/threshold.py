@@ -42,6 +42,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..gdc import gdc_enter
 from .kernel import _build_tree
 from .layout import _KEY_BITS, _write_sorted_tree
 
@@ -270,7 +271,9 @@ def _build_tree_threshold(
     KP: tl.constexpr, LP: tl.constexpr, NPAR: tl.constexpr, CAP: tl.constexpr, SMALL: tl.constexpr,
     CAPT: tl.constexpr, TC: tl.constexpr, FD: tl.constexpr, SB: tl.constexpr, BOUND_ROUNDS: tl.constexpr,
     NPS: tl.constexpr,
+    GDC: tl.constexpr = False,
 ):
+    gdc_enter(GDC)
     # Workspace (tws_ptr int64 codes, tws_score_ptr fp64 scores): the pool's two buffers (2 x CAPT), then the
     # chosen nodes (NB). ws_ptr / ws_score_ptr are the serial build's, for a tie.
     top = B * (L - 1)  # the rank path, root side most significant (levels.py's layout keys)

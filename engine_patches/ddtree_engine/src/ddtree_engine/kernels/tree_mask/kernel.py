@@ -13,6 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..gdc import gdc_enter, launch_options
+
 
 @triton.jit
 def _compile_tree(
@@ -31,7 +33,9 @@ def _compile_tree(
     BR: tl.constexpr,
     NP: tl.constexpr,
     WP: tl.constexpr,
+    GDC: tl.constexpr = False,
 ):
+    gdc_enter(GDC)
     _compile_rows(tl.program_id(0) * BR, par_ptr, dep_ptr, n_ptr, prefix_ptr, max_depth, mask_ptr, packed_ptr, pos_ptr, fc_ptr,
                   ns_ptr, N, W, BR, NP, WP)
 
@@ -86,6 +90,7 @@ def compile_tree_arrays(
     out: tuple[torch.Tensor, ...] | None = None,
     rows_per_program: int | None = None,
     num_warps: int = 4,
+    pdl: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Mask, packed mask, positions and child/sibling links of a padded tree (Triton).
 
@@ -97,6 +102,7 @@ def compile_tree_arrays(
         out: optional (mask, packed, positions, first_child, next_sibling) buffers to fill.
         rows_per_program: rows per program (a power of two; None: ROWS_PER_PROGRAM); num_warps: warps
             per program.
+        pdl: launch with programmatic dependent launch (kernels/gdc.py; None: DDTREE_PDL, else gdc.DEFAULT).
 
     Returns:
         As tree_mask.reference.compile_tree_arrays.
@@ -119,7 +125,8 @@ def compile_tree_arrays(
         )
     consts = launch_constants(n_out, rows_per_program)
     _compile_tree[(triton.cdiv(n_out, consts["BR"]),)](
-        parents, depths, num_nodes, prefix_len, max_depth, *out, n_out, words, **consts, num_warps=num_warps
+        parents, depths, num_nodes, prefix_len, max_depth, *out, n_out, words, **consts, num_warps=num_warps,
+        **launch_options(parents, pdl),
     )
     return out
 

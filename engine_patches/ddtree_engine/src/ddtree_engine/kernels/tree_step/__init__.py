@@ -10,6 +10,8 @@ Shapes: N = budget + 1 tree rows (padding after num_nodes: token = root, parent 
 
 from __future__ import annotations
 
+import importlib
+
 import torch
 
 from ..dispatch import kernel_module
@@ -49,6 +51,9 @@ class TreeStep:
             small so small vocabularies still take several blocks a row).
         topk_group: tokens per group of that pass's group stage (a power of two, 1 for none; None:
             the kernel's default).
+        pdl: launch the kernels with programmatic dependent launch (kernels/gdc.py: each kernel's programs
+            start while the one before drains, then wait for its writes) where the GPU can (compute capability
+            9.0 and later); None: as DDTREE_PDL says, else gdc.DEFAULT (off). The same arrays either way.
     """
 
     def __init__(
@@ -63,6 +68,7 @@ class TreeStep:
         fused: bool = False,
         topk_block: int = 4096,
         topk_group: int | None = None,
+        pdl: bool | None = None,
     ):
         if depths < 1 or budget < 0 or topk < 1:
             raise ValueError(f"expected L >= 1, budget >= 0, topk >= 1, got L {depths}, budget {budget}, topk {topk}")
@@ -100,8 +106,11 @@ class TreeStep:
             *(torch.empty(n, **long) for _ in range(3)),
         )
         self.walked = (torch.empty(n, **long), torch.empty(n, **long), torch.empty(1, **long), torch.empty(1, **long))
+        self.pdl = importlib.import_module(__package__.rsplit(".", 1)[0] + ".gdc").enabled(self.vals, pdl)
         self.topk_block = topk_block
-        self.topk_params = dict(block=topk_block) if topk_group is None else dict(block=topk_block, group=topk_group)
+        self.topk_params = dict(block=topk_block, pdl=self.pdl)
+        if topk_group is not None:
+            self.topk_params["group"] = topk_group
         self.fused = None
         if fused and self.k > 0:
             self.fused = kernel_module(__name__).FusedBuild(self, **self.topk_params)
@@ -129,15 +138,17 @@ class TreeStep:
         else:
             self.topk_kernel.topk_logprobs(draft_logits, self.k, out=(self.vals, self.ids), **self.topk_params)
             self.build_kernel.build_tree_arrays(
-                self.vals, self.ids, self.budget, root, self.spine_depth, out=self.tree, method=self.build_method
+                self.vals, self.ids, self.budget, root, self.spine_depth, out=self.tree, method=self.build_method,
+                pdl=self.pdl,
             )
         tokens, parents, depths, _, _, num_nodes = self.tree
-        self.mask_kernel.compile_tree_arrays(parents, depths, num_nodes, prefix_len, self.depths, out=self.compiled)
+        self.mask_kernel.compile_tree_arrays(parents, depths, num_nodes, prefix_len, self.depths, out=self.compiled,
+                                             pdl=self.pdl)
 
     def walk(self, target_choice: torch.Tensor) -> None:
         """Walk the built tree with the target's choices [N] into this step's `walked` buffers."""
         tokens, parents, _, _, _, num_nodes = self.tree
-        self.walk_kernel.walk_arrays(tokens, parents, num_nodes, target_choice, self.depths, out=self.walked)
+        self.walk_kernel.walk_arrays(tokens, parents, num_nodes, target_choice, self.depths, out=self.walked, pdl=self.pdl)
 
 
 def reference_step(

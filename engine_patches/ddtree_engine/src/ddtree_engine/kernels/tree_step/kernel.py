@@ -30,6 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..gdc import gdc_enter, launch_options
 from ..topk_logprobs import kernel as topk_kernel
 from ..topk_logprobs.kernel import _chunk_keys, _merge_row
 from ..tree_build import kernel as build_kernel
@@ -52,8 +53,9 @@ def _fused_build(
     K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr, GROUP: tl.constexpr, CP: tl.constexpr,
     BUDGET: tl.constexpr, B: tl.constexpr, NB: tl.constexpr, NP: tl.constexpr, COLS: tl.constexpr,
     LEVELS: tl.constexpr, LOGB: tl.constexpr, BR: tl.constexpr, WP: tl.constexpr,
-    SD: tl.constexpr, SR: tl.constexpr, SC: tl.constexpr, KNONE: tl.constexpr,
+    SD: tl.constexpr, SR: tl.constexpr, SC: tl.constexpr, KNONE: tl.constexpr, GDC: tl.constexpr = False,
 ):
+    gdc_enter(GDC)
     row = tl.program_id(0)
     _chunk_keys(logits_ptr, stride_row, V, NCHUNK, keys_ptr, max_ptr, sum_ptr, row, tl.program_id(1), K, KP, BLOCK, GROUP)
     tl.debug_barrier()
@@ -85,10 +87,13 @@ class FusedBuild:
         block: tokens per program of the top-K pass (a power of two); group: its group stage's tokens
             per group (topk_logprobs.kernel.topk_logprobs).
         num_warps: warps of every program (the last one builds and compiles with the same warps).
+        pdl: launch with programmatic dependent launch (kernels/gdc.py; None: DDTREE_PDL, else gdc.DEFAULT).
     """
 
-    def __init__(self, step, block: int = 4096, group: int = topk_kernel.DEFAULT_GROUP, num_warps: int = 4):
+    def __init__(self, step, block: int = 4096, group: int = topk_kernel.DEFAULT_GROUP, num_warps: int = 4,
+                 pdl: bool | None = None):
         self.step, self.num_warps = step, num_warps
+        self.gdc = launch_options(step.vals, pdl)
         depths, budget, device = step.depths, step.budget, step.device
         topk_consts = topk_kernel.first_pass_constants(step.vocab, step.k, block, group)
         self.nchunk = triton.cdiv(step.vocab, topk_consts["BLOCK"])
@@ -113,5 +118,5 @@ class FusedBuild:
             draft_logits, draft_logits.stride(0), step.vocab, self.nchunk, self.keys, self.maxes, self.sums, self.counts,
             step.vals, step.ids, root, step.depths, self.spine, self.ws, self.ws_score, *step.tree,
             prefix_len, step.depths, *step.compiled, self.n_out, step.compiled[1].shape[1],
-            **self.shape, num_warps=self.num_warps,
+            **self.shape, num_warps=self.num_warps, **self.gdc,
         )

@@ -15,6 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..gdc import gdc_enter, launch_options
+
 
 @triton.jit
 def _walk(
@@ -29,7 +31,9 @@ def _walk(
     bonus_ptr,
     N,
     NP: tl.constexpr,
+    GDC: tl.constexpr = False,
 ):
+    gdc_enter(GDC)
     idx = tl.arange(0, NP)
     n = tl.load(n_ptr).to(tl.int32)
     real = (idx < n) & (idx > 0)
@@ -69,6 +73,7 @@ def walk_arrays(
     max_depth: int,
     out: tuple[torch.Tensor, ...] | None = None,
     num_warps: int = 4,
+    pdl: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The accepted path, emitted tokens, commit length and bonus token (Triton).
 
@@ -80,6 +85,7 @@ def walk_arrays(
             this many steps.
         out: optional (path, emitted, commit_len, bonus) buffers to fill.
         num_warps: warps of the one program.
+        pdl: launch with programmatic dependent launch (kernels/gdc.py; None: DDTREE_PDL, else gdc.DEFAULT).
 
     Returns:
         As tree_walk.reference.walk_arrays.
@@ -99,6 +105,7 @@ def walk_arrays(
             torch.empty(1, dtype=torch.int64, device=device),
         )
     _walk[(1,)](
-        tokens, parents, num_nodes, target_choice, max_depth, *out, n_out, NP=triton.next_power_of_2(n_out), num_warps=num_warps
+        tokens, parents, num_nodes, target_choice, max_depth, *out, n_out, NP=triton.next_power_of_2(n_out), num_warps=num_warps,
+        **launch_options(tokens, pdl),
     )
     return out

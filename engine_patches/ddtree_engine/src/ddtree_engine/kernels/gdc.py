@@ -1,0 +1,82 @@
+"""Programmatic dependent launch (PDL) for the DDTree-step kernels, on Hopper and later.
+
+In a CUDA graph each kernel of the step starts only after the one before it has drained, a gap of
+a few microseconds per launch that a step of five small kernels pays five times. With PDL
+(`launch_pdl=True`, compute capability 9.0 and later) the next kernel is launched while this one
+runs: its programs start, then wait in `griddepcontrol.wait` until the kernel before has finished
+and its writes are visible. So every kernel that takes `GDC` calls `gdc_enter` before it touches
+global memory: the wait first (nothing is read or written before the kernel before is done,
+whichever kernel that is), then `griddepcontrol.launch_dependents`, which lets the next kernel be
+launched early. The result is the same arrays; only the launch gaps change.
+
+`launch_options` decides per call: where the device can (CUDA tensors on compute capability 9.0 or
+later), `DDTREE_PDL=1` turns it on and `DDTREE_PDL=0` off; unset, `DEFAULT`. Never on the CPU
+(TRITON_INTERPRET=1 has no griddepcontrol) or older GPUs, where the kernels compile without the two
+instructions.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+import torch
+import triton
+import triton.language as tl
+
+ENV = "DDTREE_PDL"
+# Off until the H200 has shown it faster and lossless (bench_tree_step.py's PDL rows, tests/ddtree_engine/
+# kernels/test_gdc.py, benchmarks/sglang_h200/plans.py wide): no device was lent on 2026-12-05 when it landed.
+DEFAULT = False
+
+
+@triton.jit
+def gdc_enter(GDC: tl.constexpr):
+    """Wait for the kernel before (all its writes visible), then let the next kernel launch. No-op unless GDC."""
+    if GDC:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+
+
+@lru_cache(maxsize=None)
+def _capable(index: int) -> bool:
+    return torch.cuda.get_device_capability(index)[0] >= 9
+
+
+def enabled(tensor: torch.Tensor, pdl: bool | None = None) -> bool:
+    """Whether kernels on `tensor`'s device launch with PDL.
+
+    Args:
+        tensor: an input of the launch; its device decides.
+        pdl: True or False to force (True on a device that cannot is an error), None for the rule
+            in the module docstring (DDTREE_PDL, else DEFAULT).
+
+    Returns:
+        True where the launch takes `launch_pdl=True` and the kernel its GDC instructions.
+
+    Raises:
+        ValueError: `DDTREE_PDL` other than 0 or 1, or pdl=True where PDL cannot run.
+    """
+    choice = os.environ.get(ENV, "").strip()
+    if choice not in ("", "0", "1"):
+        raise ValueError(f"expected {ENV} to be 0 or 1, got {choice!r}")
+    able = tensor.is_cuda and os.environ.get("TRITON_INTERPRET") != "1" and _capable(tensor.device.index or 0)
+    if pdl is None:
+        return able and (choice == "1" or (choice == "" and DEFAULT))
+    if pdl and not able:
+        raise ValueError(f"programmatic dependent launch needs a CUDA device of compute capability 9.0 or later, "
+                         f"got {tensor.device}")
+    return bool(pdl)
+
+
+def launch_options(tensor: torch.Tensor, pdl: bool | None = None) -> dict:
+    """Keyword arguments of a launch: the kernel's GDC constexpr and, where on, Triton's `launch_pdl`.
+
+    Args:
+        tensor, pdl: as `enabled`.
+
+    Returns:
+        {"GDC": False} or {"GDC": True, "launch_pdl": True}.
+    """
+    on = enabled(tensor, pdl)
+    return {"GDC": True, "launch_pdl": True} if on else {"GDC": False}
