@@ -32,8 +32,8 @@ def test_off_on_the_cpu_and_refused_where_it_cannot_run(monkeypatch):
         TreeStep(3, 30, 5, 2, "cpu", pdl=True)
     monkeypatch.setenv(gdc.ENV, "1")  # asks for it where the device can: the CPU cannot, so off
     assert gdc.enabled(cpu) is False and TreeStep(3, 30, 5, 2, "cpu").pdl is False
-    monkeypatch.setenv(gdc.ENV, "yes")
-    with pytest.raises(ValueError, match="DDTREE_PDL to be 0 or 1"):
+    monkeypatch.setenv(gdc.ENV, "maybe")
+    with pytest.raises(ValueError, match="DDTREE_PDL to be one of 1, true, yes, on, 0, false, no, off"):
         gdc.enabled(cpu)
 
 

@@ -47,7 +47,7 @@ def problems(env, tmp_path, **kw) -> list[str]:
      "services[1].env.DDTREE_DRAFT_GRAPH_AT_BLOK: DDTREE_DRAFT_GRAPH_AT_BLOK is not a variable the DDTree engine reads: did you mean DDTREE_DRAFT_GRAPH_AT_BLOCK?"),
     ({"ddtree_tree_graph": "0"},
      "services[1].env.ddtree_tree_graph: ddtree_tree_graph is not a variable the DDTree engine reads: names are case-sensitive, did you mean DDTREE_TREE_GRAPH?"),
-    ({"DDTREE_XYZZY": "1"}, "services[1].env.DDTREE_XYZZY: DDTREE_XYZZY is not a variable the DDTree engine reads: the engine reads DDTREE_"),
+    ({"DDTREE_QUUX_FROBNICATE": "1"}, "services[1].env.DDTREE_QUUX_FROBNICATE: DDTREE_QUUX_FROBNICATE is not a variable the DDTree engine reads: the engine reads DDTREE_"),
     ({"CUDA_VISIBLE_DEVICES": "1"}, "services[1].env.CUDA_VISIBLE_DEVICES: CUDA_VISIBLE_DEVICES is set by ddtree-ops (the GPUs: set the service's gpus"),
     ({"DDTREE_API_KEY": "k"}, "services[1].env.DDTREE_API_KEY: DDTREE_API_KEY is set by ddtree-ops (the API key: set api_key_env or api_key_file"),
     ({"PYTHONHOME": "/usr"}, "services[1].env.PYTHONHOME: PYTHONHOME would point the service's Python away from its provisioned env"),

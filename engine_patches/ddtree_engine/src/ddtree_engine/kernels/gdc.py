@@ -10,7 +10,8 @@ whichever kernel that is), then `griddepcontrol.launch_dependents`, which lets t
 launched early. The result is the same arrays; only the launch gaps change.
 
 `launch_options` decides per call: where the device can (CUDA tensors on compute capability 9.0 or
-later), `DDTREE_PDL=1` turns it on and `DDTREE_PDL=0` off; unset, `DEFAULT`. Never on the CPU
+later), `DDTREE_PDL=1` (true, yes, on) turns it on and `DDTREE_PDL=0` (false, no, off) off; unset,
+`DEFAULT`. Never on the CPU
 (TRITON_INTERPRET=1 has no griddepcontrol) or older GPUs, where the kernels compile without the two
 instructions.
 """
@@ -28,6 +29,8 @@ ENV = "DDTREE_PDL"
 # Off until the H200 has shown it faster and lossless (bench_tree_step.py's PDL rows, tests/ddtree_engine/
 # kernels/test_gdc.py, benchmarks/sglang_h200/plans.py wide): no device was lent on 2026-12-05 when it landed.
 DEFAULT = False
+# The words of the engine's on/off switches (sglang_plugin/prep.env_switch; ddtree_ops/knowledge/engine_env.yaml).
+_ON, _OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 @triton.jit
@@ -55,14 +58,14 @@ def enabled(tensor: torch.Tensor, pdl: bool | None = None) -> bool:
         True where the launch takes `launch_pdl=True` and the kernel its GDC instructions.
 
     Raises:
-        ValueError: `DDTREE_PDL` other than 0 or 1, or pdl=True where PDL cannot run.
+        ValueError: `DDTREE_PDL` not one of the switch words, or pdl=True where PDL cannot run.
     """
-    choice = os.environ.get(ENV, "").strip()
-    if choice not in ("", "0", "1"):
-        raise ValueError(f"expected {ENV} to be 0 or 1, got {choice!r}")
+    choice = os.environ.get(ENV, "").strip().lower()
+    if choice and choice not in _ON + _OFF:
+        raise ValueError(f"expected {ENV} to be one of {', '.join(_ON + _OFF)} (or unset), got {choice!r}")
     able = tensor.is_cuda and os.environ.get("TRITON_INTERPRET") != "1" and _capable(tensor.device.index or 0)
     if pdl is None:
-        return able and (choice == "1" or (choice == "" and DEFAULT))
+        return able and (choice in _ON if choice else DEFAULT)
     if pdl and not able:
         raise ValueError(f"programmatic dependent launch needs a CUDA device of compute capability 9.0 or later, "
                          f"got {tensor.device}")
