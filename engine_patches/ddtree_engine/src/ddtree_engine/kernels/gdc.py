@@ -26,8 +26,11 @@ import triton
 import triton.language as tl
 
 ENV = "DDTREE_PDL"
-# Off until the H200 has shown it faster and lossless (bench_tree_step.py's PDL rows, tests/ddtree_engine/
-# kernels/test_gdc.py, benchmarks/sglang_h200/plans.py wide): no device was lent on 2026-12-05 when it landed.
+# Off by default. Measured on the H200 on 2026-12-05 (benchmarks/results/bench_tree_step_20261205_030749.*): the
+# graphed step 2.1-2.9 us faster at every budget (budget 15 25.7 against 27.8 us, 256 48.9 against 51.8), the same
+# arrays as plain launches on 4 shapes x 24 graph replays (test_gdc.py), and in SGLang the lab pair's DDTREE 15/8
+# with CUDA graphs token-identical to AR on 8 of 8 prompts (sglang_h200_wide_2026-12-05.json). Still to run with
+# it before it becomes the default: the whole GPU kernel suite and SGLang at the threshold budgets (128/8).
 DEFAULT = False
 # The words of the engine's on/off switches (sglang_plugin/prep.env_switch; ddtree_ops/knowledge/engine_env.yaml).
 _ON, _OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
