@@ -14,6 +14,8 @@ import torch
 
 pytest.importorskip("triton")  # tests/ddtree_engine/conftest.py set TRITON_INTERPRET without a GPU
 
+from step_graphs import capture_step  # noqa: E402
+
 from ddtree_engine.kernels import gdc  # noqa: E402
 from ddtree_engine.kernels.tree_step import TreeStep, reference_step  # noqa: E402
 
@@ -116,19 +118,7 @@ def test_a_dependent_launch_step_replays_as_the_plain_one(budget, fused):
     root = torch.zeros(1, dtype=torch.long, device="cuda")
     prefix = torch.zeros(1, dtype=torch.long, device="cuda")
     choices = torch.zeros(steps[0].num_rows, dtype=torch.long, device="cuda")
-    graphs = []
-    for step in steps:
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            step.build(logits, root, prefix)
-            step.walk(choices)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            step.build(logits, root, prefix)
-            step.walk(choices)
-        graphs.append(graph)
+    graphs = [capture_step(step, logits, root, prefix, choices) for step in steps]
     gen = torch.Generator(device="cuda").manual_seed(3)
     for replay in range(24):
         if replay % 2:

@@ -15,6 +15,7 @@ import torch
 pytest.importorskip("triton")  # tests/ddtree_engine/conftest.py set TRITON_INTERPRET without a GPU
 
 from engine_oracle import ARCHES, OracleDrafter, rule_deep, rule_siblings, run  # noqa: E402
+from step_graphs import capture_step  # noqa: E402
 
 from ddtree_engine.kernels.topk_logprobs import kernel as topk_kernel  # noqa: E402
 from ddtree_engine.kernels.topk_logprobs import reference as topk_reference  # noqa: E402
@@ -258,16 +259,7 @@ def test_the_step_replays_in_a_cuda_graph(budget, topk, spine, method):
     prefix = torch.zeros(1, dtype=torch.long, device="cuda")
     choices = torch.zeros(step.num_rows, dtype=torch.long, device="cuda")
     logits.copy_(_logits(depths, vocab, 0, torch.bfloat16).cuda())
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm-up (compiles the kernels) off the capture
-        step.build(logits, root, prefix)
-        step.walk(choices)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step.build(logits, root, prefix)
-        step.walk(choices)
+    graph = capture_step(step, logits, root, prefix, choices)
     for seed in range(1, 5):
         new = _logits(depths, vocab, seed, torch.bfloat16, tied=seed % 2 == 0)
         logits.copy_(new.cuda())

@@ -10,8 +10,6 @@ Shapes: N = budget + 1 tree rows (padding after num_nodes: token = root, parent 
 
 from __future__ import annotations
 
-import importlib
-
 import torch
 
 from ..dispatch import kernel_module
@@ -106,7 +104,9 @@ class TreeStep:
             *(torch.empty(n, **long) for _ in range(3)),
         )
         self.walked = (torch.empty(n, **long), torch.empty(n, **long), torch.empty(1, **long), torch.empty(1, **long))
-        self.pdl = importlib.import_module(__package__.rsplit(".", 1)[0] + ".gdc").enabled(self.vals, pdl)
+        from ..gdc import enabled  # imports triton, as the kernel modules above do
+
+        self.pdl = enabled(self.vals, pdl)
         self.topk_block = topk_block
         self.topk_params = dict(block=topk_block, pdl=self.pdl)
         if topk_group is not None:
