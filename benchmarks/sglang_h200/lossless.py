@@ -99,6 +99,8 @@ def run_one(c):
     if line:
         out.update(json.loads(line[7:]))
     out["log"] = [l for l in (stderr or "").splitlines() if "DDTREE" in l][-20:]
+    # SGLang names each Triton kernel compiled while serving (the tree step's should compile at the worker's start).
+    out["served_compiles"] = [l for l in (stderr or "").splitlines() if "after serving started" in l][-20:]
     if trace and os.path.exists(trace):
         out["trace"] = [json.loads(l) for l in open(trace).read().splitlines()[: c.get("trace_steps", 60)]]
     if not line:

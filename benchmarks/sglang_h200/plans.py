@@ -9,8 +9,9 @@ graph (lossless.py): CUDA graphs on (first run on the H200 2026-12-01: 8/8 equal
   as wide (15/8: 16), and wider (32/8: 33 rows; the drafter eager when it ran, its graphs at its block since the
   default changed), and 15/8 again with graphs off beside them.
 cost-graph (step_cost.py): DDTREE with CUDA graphs (ddtree-graph-B-K) beside DFLASH with graphs and DDTREE eager.
-wide (lossless.py): the lab pair at DDTREE 128/8 and 256/8 (the threshold build) with CUDA graphs, 128/8 eager,
-  and 15/8 and 128/8 with graphs and programmatic dependent launch (DDTREE_PDL=1), against AR.
+wide (lossless.py): the lab pair at DDTREE 128/8 and 256/8 (the threshold build) with CUDA graphs (batch sizes
+  capped by rows), 128/8 eager, and 128/8 and 15/8 with graphs and programmatic dependent launch (DDTREE_PDL=1),
+  against AR.
 rerun RESULTS_JSON: the grid's configurations that did not finish there, with each pair's AR again.
 q3-rest (lossless.py): the q3 pair's grid past what the 2026-12-01 run reached (it stopped after 8/1).
 graph+q3 (lossless.py): graph and q3-rest in one run (the lab pair's graphed DDTREE after a worker change, and
@@ -172,17 +173,21 @@ def fit():
 
 
 def wide():
-    """The lab pair at the budgets TreeStep builds by threshold (from 128 since 2026-12-04) with CUDA graphs, and
-    with the tree kernels' programmatic dependent launches (DDTREE_PDL=1, kernels/gdc.py) at 15/8 and 128/8 beside
-    plain launches, each against AR."""
+    """The lab pair at the budgets TreeStep builds by threshold (from 128 since 2026-12-04) with CUDA graphs (their
+    batch sizes capped at spec.GRAPH_MAX_ROWS verify rows since 2026-12-05), eager, and with the tree kernels'
+    programmatic dependent launches (DDTREE_PDL=1, kernels/gdc.py) at 128/8 and 15/8, each against AR; each
+    configuration's log says how long the worker's start-up run of the tree step took and which kernels still
+    compiled while serving."""
     graphs_on = {"extra": {"disable_cuda_graph": False}}
-    return [{"label": "lab ar", "pair": "lab"},
+    pdl = {"DDTREE_PDL": "1"}
+    plan = [{"label": "lab ar", "pair": "lab"},
             ddtree("lab ddtree 128/8 graph", "lab", 128, 8, trace=True, **graphs_on),
             ddtree("lab ddtree 256/8 graph", "lab", 256, 8, **graphs_on),
             ddtree("lab ddtree 128/8", "lab", 128, 8),
-            ddtree("lab ddtree 15/8 graph", "lab", 15, 8, **graphs_on),
-            ddtree("lab ddtree 15/8 graph pdl", "lab", 15, 8, env={"DDTREE_PDL": "1"}, **graphs_on),
-            ddtree("lab ddtree 128/8 graph pdl", "lab", 128, 8, env={"DDTREE_PDL": "1"}, **graphs_on)]
+            ddtree("lab ddtree 128/8 graph pdl", "lab", 128, 8, env=pdl, **graphs_on),
+            ddtree("lab ddtree 15/8 graph pdl", "lab", 15, 8, env=pdl, **graphs_on)]
+    # All at once (PAR=6) inside one device call: each gets what the call leaves after the install.
+    return [{**c, "timeout": 380} for c in plan]
 
 
 def rerun(results_json):

@@ -185,3 +185,56 @@ def test_ddtree_declares_everything_dflash_declares(parse, resolve_registered, t
         if resolution_result(dflash, name) != resolution_result(ddtree, name)
     }
     assert differ == {"speculative_num_draft_tokens": (8, 16), "speculative_eagle_topk": (1, 8)}
+
+
+@pytest.fixture
+def resolve_with_graphs(parse, tmp_path):
+    """SGLang's CUDA-graph resolution up to the speculative step (its handler, then the decode batch sizes as
+    `handle_gpu_memory_settings` materializes them on a 141 GB GPU), then DDTREE's two calls; returns the
+    record's resolved decode graph config."""
+    from sglang.srt.arg_groups.cuda_graph_hook import generate_decode_cuda_graph_batch_sizes, handle_cuda_graph_config
+    from sglang.srt.arg_groups.overrides import declare_resolution, record_foreign_defaults, resolution_result, resolving_view
+    from sglang.srt.arg_groups.resolution_hooks import run_hook
+    from sglang.srt.model_executor.cuda_graph_config import with_phase
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    def _resolve(budget: int, *extra: str):
+        good = [a for a in GOOD if a != "--disable-cuda-graph"]
+        record = parse(BASE + good + _drafted(tmp_path, 16) + ["--speculative-ddtree-budget", str(budget), *extra])
+        run_hook(handle_cuda_graph_config, record)
+        decode = resolving_view(record).cuda_graph_config.decode
+        max_bs = decode.max_bs or 256
+        materialized = with_phase(resolving_view(record).cuda_graph_config, "decode", max_bs=max_bs,
+                                  bs=decode.bs or generate_decode_cuda_graph_batch_sizes(record, max_bs))
+        declare_resolution(record, "_handle_gpu_memory_settings", cuda_graph_config=materialized)
+        algo = SpeculativeAlgorithm.from_string("DDTREE")
+        record_foreign_defaults(record, "handle_speculative_decoding.custom_validate", algo.validate_server_args)
+        record_foreign_defaults(record, "handle_speculative_decoding.custom_algo", algo.handle_server_args)
+        return resolution_result(record, "cuda_graph_config").decode, materialized.decode
+
+    return _resolve
+
+
+def test_wide_trees_capture_decode_graphs_up_to_the_row_cap_only(resolve_with_graphs):
+    from ddtree_engine.sglang_plugin.spec import GRAPH_MAX_ROWS
+
+    assert GRAPH_MAX_ROWS == 2048
+    # Budget 128: 129 rows a request, so at most 15 requests a graph (SGLang's own list up to there, and 15).
+    decode, before = resolve_with_graphs(128)
+    assert decode.bs == [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 15] and decode.max_bs == 15
+    assert max(before.bs) == 256  # what SGLang had materialized
+    decode, _ = resolve_with_graphs(256)  # 257 rows: 7
+    assert decode.bs == [1, 2, 3, 4, 5, 6, 7] and decode.max_bs == 7
+    # At DFLASH's width and up to 41 drafted nodes (42 rows x 48 requests fit), SGLang's sizes stay.
+    for budget in (15, 41):
+        decode, before = resolve_with_graphs(budget)
+        assert decode.bs == before.bs and decode.max_bs == before.max_bs
+    decode, _ = resolve_with_graphs(47)  # 48 rows: 42 requests
+    assert max(decode.bs) == 42 and 40 in decode.bs
+
+
+def test_an_operators_graph_batch_sizes_are_kept_at_any_width(resolve_with_graphs):
+    decode, _ = resolve_with_graphs(128, "--cuda-graph-max-bs-decode", "32")
+    assert decode.max_bs == 32 and max(decode.bs) == 32
+    decode, _ = resolve_with_graphs(128, "--cuda-graph-bs-decode", "1", "2", "64")
+    assert decode.bs == [1, 2, 64]

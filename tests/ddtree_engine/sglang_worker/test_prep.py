@@ -257,3 +257,21 @@ def test_the_graphs_replay_what_the_ops_give_on_new_inputs(budget, topk, rows):
         want = verify_mask(eager[bs], prefixes.tolist())  # the graph wrote the step's mask into SGLang's buffer
         assert torch.equal(mask[: want.numel()], want.to(torch.uint8)), f"step {seed} bs {bs}: mask"
     assert all(p._run.graph is not None for p in graphed.values())
+
+
+@pytest.mark.parametrize(("budget", "topk"), [(15, 4), (9, 3)])
+def test_the_warm_up_runs_the_whole_step_on_the_servers_shape(budget, topk):
+    """The worker's start runs its slot-0 step once (so Triton compiles there): LM head in the head's dtype, a
+    full tree of zero logits (every depth ties: ids 0 .. K-1), its compile and its walk, in the step's buffers."""
+    w = weight().to(torch.bfloat16) if DEVICE == "cuda" else weight()
+    step = TreeStep(DEPTHS, VOCAB, budget, topk, w.device)
+    prep_mod.warm_up(step, w, VOCAB)
+    reference = TreeStep(DEPTHS, VOCAB, budget, topk, w.device)
+    zeros = torch.zeros(DEPTHS, VOCAB, dtype=w.dtype, device=w.device)
+    root = torch.zeros(1, dtype=torch.int64, device=w.device)
+    reference.build(zeros, root, root)
+    reference.walk(torch.zeros(reference.num_rows, dtype=torch.int64, device=w.device))
+    assert int(step.tree[5][0]) == budget + 1  # the root and `budget` drafted nodes
+    for got, want in zip((*step.tree, *step.compiled, *step.walked), (*reference.tree, *reference.compiled, *reference.walked)):
+        assert torch.equal(got, want)
+    assert set(step.tree[0][1:].tolist()) <= set(range(topk))

@@ -249,6 +249,27 @@ def step_custom_mask(prep: TreePrep, prefix_lens: list[int]) -> torch.Tensor:
     return verify_mask(prep, prefix_lens)
 
 
+def warm_up(step: TreeStep, lm_weight: torch.Tensor, vocab: int) -> None:
+    """Run one request's tree step (LM head, top-K, build, compile, walk) once on zero hidden states, eagerly,
+    so Triton compiles its kernels for this shape and the head's dtype when the worker starts, not on the
+    first request: on the H200 (2026-12-05, SGLang at budget 128) the threshold build compiled for 50 s
+    inside the first request. Writes only `step`'s own buffers (the worker's slot 0, rebuilt every step).
+
+    Args:
+        step: the TreeStep to run (its shape is the server's); lm_weight: [V', H] the target's LM head;
+            vocab: V, the columns the tree reads.
+    """
+    device, depths = step.device, step.depths
+    logits = torch.empty(1, depths, lm_weight.shape[0], dtype=lm_weight.dtype, device=device)
+    hidden = torch.zeros(1, depths, lm_weight.shape[1], dtype=lm_weight.dtype, device=device)
+    prep = TreePrep([step], lm_weight, vocab, step.num_rows, logits, hidden)
+    zero = torch.zeros(1, dtype=torch.int64, device=device)
+    prep.run(hidden, zero, zero)
+    step.walk(torch.zeros(step.num_rows, dtype=torch.int64, device=device))
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 class TreePreps:
     """The worker's TreePreps, one per (batch size, rows), over shared buffers and one graph pool.
 

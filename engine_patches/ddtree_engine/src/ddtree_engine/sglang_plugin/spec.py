@@ -18,9 +18,14 @@ Resolution (SGLang's `handle_speculative_decoding` step, for a registered algori
    - `speculative_eagle_topk = topk`: SGLang's hybrid GDN backend walks parent-indexed trees
      (`retrieve_next_token/sibling`) only when topk > 1; at topk = 1 it verifies a chain.
    Declarations are last-writer-wins, so the topk declared here overrides `_handle_dflash`'s 1.
+3. Still in `handle_server_args`, where the verify is wider than `GRAPH_MAX_ROWS / 48` rows a request
+   and the operator set no decode graph batch sizes: the decode graphs' batch sizes capped so that one
+   graph holds at most `GRAPH_MAX_ROWS` verify rows (`capped_graph_batch_sizes`); larger batches run eager.
 """
 
 from __future__ import annotations
+
+import logging
 
 from sglang.srt.arg_groups.arg_utils import is_record
 from sglang.srt.arg_groups.overrides import (
@@ -36,6 +41,15 @@ from sglang.srt.speculative.spec_registry import CustomSpecAlgo
 from .flags import HYBRID_MODES, cli_flag
 
 ALGORITHM = "DDTREE"
+logger = logging.getLogger(__name__)
+
+# The most verify rows (batch size x rows a request) one decode CUDA graph of a DDTREE target holds, unless the
+# operator names the graphs' batch sizes (--cuda-graph-max-bs-decode, --cuda-graph-bs-decode, --cuda-graph-config).
+# SGLang captures every batch size up to its running-request cap (48 with DFLASH's settings) at the verify's
+# width: 48 x 16 = 768 rows at DFLASH's block, but 48 x 129 = 6,192 at budget 128, and on the H200 (2026-12-05,
+# lab pair, benchmarks/results/sglang_h200_wide_2026-12-05.json) capturing that first batch size alone took 172 s
+# of the server's start. Budgets up to 41 (width 42) keep SGLang's 48; 128 captures up to 15, 256 up to 7.
+GRAPH_MAX_ROWS = 2048
 
 # Attention backends whose target-verify path applies an arbitrary per-request tree mask
 # (`spec_info.custom_mask`, ancestor-only) at page size 1. triton is the one run on the H200.
@@ -134,6 +148,35 @@ def check_ddtree_settings(server_args) -> None:
         raise ValueError(f"{ALGORITHM} cannot start with these settings:" + "".join(f"\n- {p}" for p in problems))
 
 
+def capped_graph_batch_sizes(config, locked, width: int, max_running: int | None = None, max_rows: int = GRAPH_MAX_ROWS):
+    """The CUDA-graph config with the decode graphs' batch sizes capped at `max_rows` verify rows, or None
+    where nothing changes.
+
+    Args:
+        config: SGLang's resolved CudaGraphConfig (None before it is resolved).
+        locked: the (phase, key) pairs the operator set (SGLang's `_cuda_graph_config_locked`).
+        width: verify rows a request (max(block, budget + 1)).
+        max_running: the running-request cap (SGLang captures no batch size above it), or None.
+        max_rows: the most rows a graph may hold.
+
+    Returns:
+        A copy of `config` whose decode phase keeps the batch sizes of at most max_rows // width requests
+        (and that number itself, SGLang's way of always capturing its max_bs), or None: graphs off, no decode
+        batch sizes resolved yet, the operator set them, or none SGLang would capture is over the cap.
+    """
+    from sglang.srt.model_executor.cuda_graph_config import Backend, Phase, with_phase
+
+    if config is None or config.decode.backend == Backend.DISABLED or not config.decode.bs:
+        return None
+    if {(Phase.DECODE, "bs"), (Phase.DECODE, "max_bs")} & set(locked):
+        return None
+    cap = max(1, max_rows // width)
+    if min(max(config.decode.bs), max_running or max(config.decode.bs)) <= cap:
+        return None
+    kept = sorted({bs for bs in config.decode.bs if bs <= cap} | {cap})
+    return with_phase(config, Phase.DECODE, bs=kept, max_bs=kept[-1])
+
+
 def _ddtree_worker_class(server_args):
     """SGLang's worker factory: import the worker only when a scheduler creates it."""
     from .worker import DDTreeWorker
@@ -195,12 +238,22 @@ class DDTreeSpecAlgo(CustomSpecAlgo):
                 f"{cli_flag('speculative_ddtree_spine_depth')} {spine} is deeper than the tree: the "
                 f"drafter's block {block_size} drafts {depths} depths; use at most {depths}"
             )
+        width = max(block_size, int(cfg.speculative_ddtree_budget) + 1)
         declare_resolution(
             record,
             "DDTreeSpecAlgo.handle_server_args",
-            speculative_num_draft_tokens=max(block_size, int(cfg.speculative_ddtree_budget) + 1),
+            speculative_num_draft_tokens=width,
             speculative_eagle_topk=int(cfg.speculative_ddtree_topk),
         )
+        config = capped_graph_batch_sizes(cfg.cuda_graph_config, getattr(record, "_cuda_graph_config_locked", set()), width,
+                                          cfg.max_running_requests)
+        if config is not None:
+            logger.info(
+                "DDTREE: decode CUDA graphs for batch sizes %s only (at most %d verify rows a graph, %d rows a request); "
+                "larger batches run eager. --cuda-graph-max-bs-decode sets them yourself.",
+                config.decode.bs, GRAPH_MAX_ROWS, width,
+            )
+            declare_resolution(record, "DDTreeSpecAlgo.handle_server_args", cuda_graph_config=config)
 
     def create_worker(self, server_args):
         """The worker class, after the one check SGLang would otherwise word less helpfully."""

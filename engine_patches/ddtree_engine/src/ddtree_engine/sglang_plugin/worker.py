@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 
 import torch
 
@@ -77,6 +78,7 @@ from .prep import (
     graphs_wanted,
     sglang_mask_buffer,
     step_custom_mask,
+    warm_up,
 )
 from .walk_commit import WalkCommit
 from .tree_shape import max_tree_nodes
@@ -141,6 +143,10 @@ class DDTreeWorker(DFlashWorkerV2):
         self._posts: dict[tuple, WalkCommit] = {}
         self._prep_graphs = graphs_wanted(torch.device(self.device), bool(getattr(server_args, "disable_cuda_graph", False)))
         self._preps = TreePreps(self._tree_step, self.depths, self.vocab_size, self.device, graph=self._prep_graphs, pool=self._graph_pool)
+        started = time.perf_counter()
+        warm_up(self._tree_step(0), self._lm_head_weight(), self.vocab_size)
+        logger.info("DDTREE: the tree step ran once at start (%.1f s: its kernels compile here, not in the first request)",
+                    time.perf_counter() - started)
         self._trace_path = os.environ.get(TRACE_ENV) or None
         self._metrics = StepMetrics(self.budget, self.nodes, device=self.device)
         self.check_supported()
