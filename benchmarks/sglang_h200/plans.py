@@ -20,7 +20,8 @@ batch (lossless.py): the lab pair's 8 prompts in one call (batch sizes up to 8) 
   DDTREE 8/4, 15/8, 32/8 (the batched tree step and walk + commit graphs), each against the batched AR.
 fit (lossless.py): the 4B-class dummy hybrid at DDTREE 127/8 in a small memory share: must stop at startup with
   DDTREE's figure (sglang_plugin/fit.py), not SGLang's advice to lower --speculative-num-draft-tokens.
-next: what the next device session runs first, in one call: `graph`, `batch` and `fit` together (lossless.py).
+next: `graph`, `batch` and `fit` together (lossless.py; run 2026-12-01). What the next device session runs first
+  (2026-12-05): `wide` with PAR=6, and benchmarks/h200_pdl_check.sh in a second call.
 cost-prep (step_cost.py): the 4B-class step with the tree step graphed, beside it op by op (+eagerprep), with
   profiles; then the lab pair's arms (2026-12-01).
 cost-now (step_cost.py): issue 12's three models after the batched tree step and the draft block as DFLASH
