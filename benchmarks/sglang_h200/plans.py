@@ -9,8 +9,8 @@ graph (lossless.py): CUDA graphs on (first run on the H200 2026-12-01: 8/8 equal
   as wide (15/8: 16), and wider (32/8: 33 rows; the drafter eager when it ran, its graphs at its block since the
   default changed), and 15/8 again with graphs off beside them.
 cost-graph (step_cost.py): DDTREE with CUDA graphs (ddtree-graph-B-K) beside DFLASH with graphs and DDTREE eager.
-wide (lossless.py): the lab pair at DDTREE 128/8 and 256/8 (the threshold build) with CUDA graphs (batch sizes
-  capped by rows), 128/8 eager, and 128/8 and 15/8 with graphs and programmatic dependent launch (DDTREE_PDL=1),
+wide (lossless.py): the lab pair at DDTREE 128/8 and 256/8 (the threshold build) with CUDA graphs (at most
+  2,048 verify rows a step), 128/8 eager, and 128/8 and 15/8 with graphs and programmatic dependent launch (DDTREE_PDL=1),
   against AR.
 rerun RESULTS_JSON: the grid's configurations that did not finish there, with each pair's AR again.
 q3-rest (lossless.py): the q3 pair's grid past what the 2026-12-01 run reached (it stopped after 8/1).
@@ -168,14 +168,17 @@ def batch():
 
 
 def fit():
-    dummy = {"load_format": "dummy", "speculative_draft_load_format": "dummy", "mem_fraction_static": 0.08}
+    # 48 requests set explicitly: unset, DDTREE runs 2,048 // 128 = 16 at budget 127 (spec.STEP_MAX_ROWS, since
+    # 2026-12-05), a third of the verify states this plan was sized to overflow.
+    dummy = {"load_format": "dummy", "speculative_draft_load_format": "dummy", "mem_fraction_static": 0.08,
+             "max_running_requests": 48}
     return [ddtree("q35-4b ddtree 127/8 does not fit", "q35-4b", 127, 8, prompts="lab", extra=dummy,
                    expect_error="DDTREE budget 127", timeout=240)]
 
 
 def wide():
     """The lab pair at the budgets TreeStep builds by threshold (from 128 since 2026-12-04) with CUDA graphs (their
-    batch sizes capped at spec.GRAPH_MAX_ROWS verify rows since 2026-12-05), eager, and with the tree kernels'
+    steps kept to spec.STEP_MAX_ROWS verify rows since 2026-12-05: 15 requests at once at 128), eager, and with the tree kernels'
     programmatic dependent launches (DDTREE_PDL=1, kernels/gdc.py) at 128/8 and 15/8, each against AR; each
     configuration's log says how long the worker's start-up run of the tree step took and which kernels still
     compiled while serving."""

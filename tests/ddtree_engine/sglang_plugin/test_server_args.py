@@ -190,8 +190,8 @@ def test_ddtree_declares_everything_dflash_declares(parse, resolve_registered, t
 @pytest.fixture
 def resolve_with_graphs(parse, tmp_path):
     """SGLang's CUDA-graph resolution up to the speculative step (its handler, then the decode batch sizes as
-    `handle_gpu_memory_settings` materializes them on a 141 GB GPU), then DDTREE's two calls; returns the
-    record's resolved decode graph config."""
+    `handle_gpu_memory_settings` materializes them on a 141 GB GPU), then DDTREE's two calls; returns the resolved
+    max_running_requests, decode graph config, and that config before the speculative step."""
     from sglang.srt.arg_groups.cuda_graph_hook import generate_decode_cuda_graph_batch_sizes, handle_cuda_graph_config
     from sglang.srt.arg_groups.overrides import declare_resolution, record_foreign_defaults, resolution_result, resolving_view
     from sglang.srt.arg_groups.resolution_hooks import run_hook
@@ -210,31 +210,41 @@ def resolve_with_graphs(parse, tmp_path):
         algo = SpeculativeAlgorithm.from_string("DDTREE")
         record_foreign_defaults(record, "handle_speculative_decoding.custom_validate", algo.validate_server_args)
         record_foreign_defaults(record, "handle_speculative_decoding.custom_algo", algo.handle_server_args)
-        return resolution_result(record, "cuda_graph_config").decode, materialized.decode
+        return (resolution_result(record, "max_running_requests"), resolution_result(record, "cuda_graph_config").decode,
+                materialized.decode)
 
     return _resolve
 
 
-def test_wide_trees_capture_decode_graphs_up_to_the_row_cap_only(resolve_with_graphs):
-    from ddtree_engine.sglang_plugin.spec import GRAPH_MAX_ROWS
+def test_a_wide_tree_runs_as_many_requests_at_once_as_2048_verify_rows_hold(resolve_with_graphs, caplog):
+    from ddtree_engine.sglang_plugin.spec import STEP_MAX_ROWS
 
-    assert GRAPH_MAX_ROWS == 2048
-    # Budget 128: 129 rows a request, so at most 15 requests a graph (SGLang's own list up to there, and 15).
-    decode, before = resolve_with_graphs(128)
-    assert decode.bs == [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 15] and decode.max_bs == 15
-    assert max(before.bs) == 256  # what SGLang had materialized
-    decode, _ = resolve_with_graphs(256)  # 257 rows: 7
-    assert decode.bs == [1, 2, 3, 4, 5, 6, 7] and decode.max_bs == 7
-    # At DFLASH's width and up to 41 drafted nodes (42 rows x 48 requests fit), SGLang's sizes stay.
+    assert STEP_MAX_ROWS == 2048
+    # Budget 128: 129 rows a request, 15 requests (1,935 rows); SGLang's graphs stop at the running cap by themselves.
+    with caplog.at_level("INFO", logger="ddtree_engine.sglang_plugin.spec"):
+        running, decode, before = resolve_with_graphs(128)
+    assert running == 15 and decode == before
+    assert "DDTREE: at most 15 requests at once (129 verify rows a request" in caplog.text
+    assert resolve_with_graphs(256)[0] == 7  # 257 rows
+    assert resolve_with_graphs(47)[0] == 42  # 48 rows
+    # At DFLASH's width and up to 41 drafted nodes (42 rows x 48 requests fit), DFLASH's 48 and SGLang's graphs stay.
     for budget in (15, 41):
-        decode, before = resolve_with_graphs(budget)
-        assert decode.bs == before.bs and decode.max_bs == before.max_bs
-    decode, _ = resolve_with_graphs(47)  # 48 rows: 42 requests
-    assert max(decode.bs) == 42 and 40 in decode.bs
+        running, decode, before = resolve_with_graphs(budget)
+        assert running == 48 and decode == before
+
+
+def test_more_requests_set_by_the_operator_capture_graphs_up_to_the_row_cap_only(resolve_with_graphs):
+    running, decode, before = resolve_with_graphs(128, "--max-running-requests", "48")
+    assert running == 48 and max(before.bs) == 256
+    assert decode.bs == [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 15] and decode.max_bs == 15  # SGLang's list up to 15, and 15
+    running, decode, _ = resolve_with_graphs(256, "--max-running-requests", "20")
+    assert running == 20 and decode.bs == [1, 2, 3, 4, 5, 6, 7] and decode.max_bs == 7
+    running, decode, before = resolve_with_graphs(128, "--max-running-requests", "10")  # under the cap: as SGLang has it
+    assert running == 10 and decode == before
 
 
 def test_an_operators_graph_batch_sizes_are_kept_at_any_width(resolve_with_graphs):
-    decode, _ = resolve_with_graphs(128, "--cuda-graph-max-bs-decode", "32")
+    _, decode, _ = resolve_with_graphs(128, "--max-running-requests", "48", "--cuda-graph-max-bs-decode", "32")
     assert decode.max_bs == 32 and max(decode.bs) == 32
-    decode, _ = resolve_with_graphs(128, "--cuda-graph-bs-decode", "1", "2", "64")
+    _, decode, _ = resolve_with_graphs(128, "--max-running-requests", "48", "--cuda-graph-bs-decode", "1", "2", "64")
     assert decode.bs == [1, 2, 64]

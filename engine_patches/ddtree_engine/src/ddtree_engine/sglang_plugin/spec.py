@@ -18,9 +18,11 @@ Resolution (SGLang's `handle_speculative_decoding` step, for a registered algori
    - `speculative_eagle_topk = topk`: SGLang's hybrid GDN backend walks parent-indexed trees
      (`retrieve_next_token/sibling`) only when topk > 1; at topk = 1 it verifies a chain.
    Declarations are last-writer-wins, so the topk declared here overrides `_handle_dflash`'s 1.
-3. Still in `handle_server_args`, where the verify is wider than `GRAPH_MAX_ROWS / 48` rows a request
-   and the operator set no decode graph batch sizes: the decode graphs' batch sizes capped so that one
-   graph holds at most `GRAPH_MAX_ROWS` verify rows (`capped_graph_batch_sizes`); larger batches run eager.
+3. Still in `handle_server_args`, a decode step's verify kept to `STEP_MAX_ROWS` rows (`wide_tree_limits`):
+   where the verify is wider than `STEP_MAX_ROWS / 48` rows a request, at most `STEP_MAX_ROWS // width`
+   requests at once unless the operator set --max-running-requests; where they set more, the decode CUDA graphs'
+   batch sizes capped at that many rows (`capped_graph_batch_sizes`) unless they named those too, and larger
+   batches run eager.
 """
 
 from __future__ import annotations
@@ -43,13 +45,17 @@ from .flags import HYBRID_MODES, cli_flag
 ALGORITHM = "DDTREE"
 logger = logging.getLogger(__name__)
 
-# The most verify rows (batch size x rows a request) one decode CUDA graph of a DDTREE target holds, unless the
-# operator names the graphs' batch sizes (--cuda-graph-max-bs-decode, --cuda-graph-bs-decode, --cuda-graph-config).
-# SGLang captures every batch size up to its running-request cap (48 with DFLASH's settings) at the verify's
-# width: 48 x 16 = 768 rows at DFLASH's block, but 48 x 129 = 6,192 at budget 128, and on the H200 (2026-12-05,
-# lab pair, benchmarks/results/sglang_h200_wide_2026-12-05.json) capturing that first batch size alone took 172 s
-# of the server's start. Budgets up to 41 (width 42) keep SGLang's 48; 128 captures up to 15, 256 up to 7.
-GRAPH_MAX_ROWS = 2048
+# The most verify rows (batch size x rows a request) of one DDTREE decode step by default. SGLang 0.5.23's tree verify of
+# a Gated-DeltaNet layer (fused_sigmoid_gating_delta_rule_update with retrieve_parent_token) holds a vector of
+# next_power_of_2(the batch's verify rows) parent indices in every program (a constexpr: one compile per size) and
+# reduces over it once per token. At DFLASH's settings (48 requests at once) that is 48 x 16 = 768 rows, 1,024 wide;
+# at budget 128, 48 x 129 = 6,192 rows, 8,192 wide. On the H200 (2026-12-05, lab pair,
+# benchmarks/results/sglang_h200_wide_2026-12-05.json) capturing that first batch size's CUDA graph took 172 s of the
+# server's start (that kernel's compile and runs at 8,192, read from SGLang's source; the log names no kernel).
+# 2,048 rows keep it at most 2,048 wide: budgets up to 41 (42 rows) keep DFLASH's 48 requests; budget 128 runs 15 at
+# once, 256 runs 7. A verify that wide is compute-bound long before (a 4B target over 2,048 rows is a prefill
+# chunk), so the cap costs little throughput.
+STEP_MAX_ROWS = 2048
 
 # Attention backends whose target-verify path applies an arbitrary per-request tree mask
 # (`spec_info.custom_mask`, ancestor-only) at page size 1. triton is the one run on the H200.
@@ -148,7 +154,42 @@ def check_ddtree_settings(server_args) -> None:
         raise ValueError(f"{ALGORITHM} cannot start with these settings:" + "".join(f"\n- {p}" for p in problems))
 
 
-def capped_graph_batch_sizes(config, locked, width: int, max_running: int | None = None, max_rows: int = GRAPH_MAX_ROWS):
+def wide_tree_limits(record, width: int, max_rows: int = STEP_MAX_ROWS) -> dict:
+    """What a verify of `width` rows a request declares so a decode step holds at most `max_rows` rows (module doc).
+
+    Args:
+        record: the ServerArgs record, DFLASH's declarations made (its max_running_requests among them).
+        width: verify rows a request, max(block, budget + 1).
+        max_rows: the most rows of one decode step by default.
+
+    Returns:
+        {} where nothing changes; {"max_running_requests": max_rows // width} where the operator did not set
+        --max-running-requests and SGLang would run more; {"cuda_graph_config": ...} where they did, more, and did
+        not name the decode graphs' batch sizes (capped_graph_batch_sizes). Each change is logged.
+    """
+    cfg = resolving_view(record)
+    cap = max(1, max_rows // width)
+    running = cfg.max_running_requests
+    if record.max_running_requests is None and running is not None and running > cap:
+        logger.info(
+            "DDTREE: at most %d requests at once (%d verify rows a request, at most %d a step: SGLang's tree verify of a "
+            "Gated-DeltaNet layer grows with the step's rows); --max-running-requests sets another number",
+            cap, width, max_rows,
+        )
+        return {"max_running_requests": cap}
+    config = capped_graph_batch_sizes(cfg.cuda_graph_config, getattr(record, "_cuda_graph_config_locked", set()), width,
+                                      running, max_rows)
+    if config is None:
+        return {}
+    logger.info(
+        "DDTREE: decode CUDA graphs for batch sizes %s only (at most %d verify rows a graph, %d rows a request); "
+        "larger batches run eager. --cuda-graph-max-bs-decode sets them yourself.",
+        config.decode.bs, max_rows, width,
+    )
+    return {"cuda_graph_config": config}
+
+
+def capped_graph_batch_sizes(config, locked, width: int, max_running: int | None = None, max_rows: int = STEP_MAX_ROWS):
     """The CUDA-graph config with the decode graphs' batch sizes capped at `max_rows` verify rows, or None
     where nothing changes.
 
@@ -245,15 +286,9 @@ class DDTreeSpecAlgo(CustomSpecAlgo):
             speculative_num_draft_tokens=width,
             speculative_eagle_topk=int(cfg.speculative_ddtree_topk),
         )
-        config = capped_graph_batch_sizes(cfg.cuda_graph_config, getattr(record, "_cuda_graph_config_locked", set()), width,
-                                          cfg.max_running_requests)
-        if config is not None:
-            logger.info(
-                "DDTREE: decode CUDA graphs for batch sizes %s only (at most %d verify rows a graph, %d rows a request); "
-                "larger batches run eager. --cuda-graph-max-bs-decode sets them yourself.",
-                config.decode.bs, GRAPH_MAX_ROWS, width,
-            )
-            declare_resolution(record, "DDTreeSpecAlgo.handle_server_args", cuda_graph_config=config)
+        limits = wide_tree_limits(record, width)
+        if limits:
+            declare_resolution(record, "DDTreeSpecAlgo.handle_server_args", **limits)
 
     def create_worker(self, server_args):
         """The worker class, after the one check SGLang would otherwise word less helpfully."""
