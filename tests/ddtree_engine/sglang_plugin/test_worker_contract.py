@@ -379,3 +379,24 @@ def test_the_pool_sizing_the_shortfall_wrapper_wraps_raises_what_it_matches():
     _, scheduler = module_source("sglang.srt.managers.scheduler")
     body = scheduler[scheduler.index("def init_model_worker(self):"):]
     assert body.index("self.maybe_init_draft_worker()") < body.index("self.init_memory_pools()")
+
+
+def test_the_tree_verify_kernel_grows_with_the_steps_rows_as_step_max_rows_reads_it():
+    """spec.STEP_MAX_ROWS rests on this: the hybrid backend's tree verify (Triton, whatever the linear-attention
+    backends) runs fused_sigmoid_gating_delta_rule_update with the parent indices, whose width constexpr NP2_T is
+    next_power_of_2 of the whole step's rows (T of the packed [1, rows, ...] input under cu_seqlens), loaded as one
+    vector per program and reduced over once per token. A release that sizes it per request instead makes the cap
+    unnecessary: this fails so the cap is reconsidered."""
+    _, backend = module_source("sglang.srt.layers.attention.linear.gdn_backend")
+    assert re.search(r"triton_kernel = TritonGDNKernel\(\)\s+self\.tree_verify_kernel = triton_kernel", backend)
+    assert "self.tree_verify_kernel\n            if retrieve_parent_token is not None" in backend
+    _, triton_kernel = module_source("sglang.srt.layers.attention.linear.kernels.gdn_triton")
+    verify = triton_kernel[triton_kernel.index("    def target_verify(") :][:1600]
+    assert "return fused_sigmoid_gating_delta_rule_update(" in verify and "retrieve_parent_token=retrieve_parent_token" in verify
+    _, kernel = module_source("sglang.kernels.ops.attention.linear.fused_sigmoid_gating_recurrent")
+    assert "B, T, H, K, V = *k.shape, v.shape[-1]" in kernel
+    assert "NP2_T = triton.next_power_of_2(T)" in kernel and "NP2_T=NP2_T," in kernel
+    assert "    NP2_T: tl.constexpr," in kernel
+    body = kernel[kernel.index("if HAS_EAGLE_TREE_CUSTOM_ATTN_MASK:\n        token_indices = tl.arange(0, NP2_T)") :][:2000]
+    assert "for _ in range(0, T):" in body
+    assert "tl.sum(\n                    tl.where(token_indices == step_idx, parent_idx_tokens, 0)" in body
