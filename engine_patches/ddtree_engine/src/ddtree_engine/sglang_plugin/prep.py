@@ -249,11 +249,14 @@ def step_custom_mask(prep: TreePrep, prefix_lens: list[int]) -> torch.Tensor:
     return verify_mask(prep, prefix_lens)
 
 
+@torch.no_grad()  # the worker's constructor runs outside SGLang's no-grad forward (an out= matmul refuses grad)
 def warm_up(step: TreeStep, lm_weight: torch.Tensor, vocab: int) -> None:
     """Run one request's tree step (LM head, top-K, build, compile, walk) once on zero hidden states, eagerly,
     so Triton compiles its kernels for this shape and the head's dtype when the worker starts, not on the
     first request: on the H200 (2026-12-05, SGLang at budget 128) the threshold build compiled for 50 s
-    inside the first request. Writes only `step`'s own buffers (the worker's slot 0, rebuilt every step).
+    inside the first request. Writes only `step`'s own buffers (the worker's slot 0, rebuilt every step); the
+    scheduler creates the worker before it sizes the KV pools, so the one request's temporaries (the draft logits,
+    [L, V'] in the head's dtype: 4.6 MB at V' 151,936 bf16) go back to the device first.
 
     Args:
         step: the TreeStep to run (its shape is the server's); lm_weight: [V', H] the target's LM head;
@@ -268,6 +271,8 @@ def warm_up(step: TreeStep, lm_weight: torch.Tensor, vocab: int) -> None:
     step.walk(torch.zeros(step.num_rows, dtype=torch.int64, device=device))
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+        del prep, logits, hidden
+        torch.cuda.empty_cache()  # hand the temporaries back before SGLang measures what its pools may take
 
 
 class TreePreps:
