@@ -172,8 +172,9 @@ def wide_tree_limits(record, width: int, max_rows: int = STEP_MAX_ROWS) -> dict:
     running = cfg.max_running_requests
     if record.max_running_requests is None and running is not None and running > cap:
         logger.info(
-            "DDTREE: at most %d requests at once (%d verify rows a request, at most %d a step: SGLang's tree verify of a "
-            "Gated-DeltaNet layer grows with the step's rows); --max-running-requests sets another number",
+            "DDTREE: at most %d requests at once (%d verify rows a request, at most %d a step: a wider step is "
+            "compute-bound, and SGLang's tree verify of a Gated-DeltaNet layer grows with it); --max-running-requests "
+            "sets another number",
             cap, width, max_rows,
         )
         return {"max_running_requests": cap}
