@@ -203,7 +203,8 @@ def resolve_with_graphs(parse, tmp_path):
         record = parse(BASE + good + _drafted(tmp_path, 16) + ["--speculative-ddtree-budget", str(budget), *extra])
         run_hook(handle_cuda_graph_config, record)
         decode = resolving_view(record).cuda_graph_config.decode
-        max_bs = decode.max_bs or 256
+        # SGLang's default on a 141 GB GPU, cut to an operator's --max-running-requests (memory_hook.py).
+        max_bs = decode.max_bs or min(256, record.max_running_requests or 256)
         materialized = with_phase(resolving_view(record).cuda_graph_config, "decode", max_bs=max_bs,
                                   bs=decode.bs or generate_decode_cuda_graph_batch_sizes(record, max_bs))
         declare_resolution(record, "_handle_gpu_memory_settings", cuda_graph_config=materialized)
@@ -235,7 +236,7 @@ def test_a_wide_tree_runs_as_many_requests_at_once_as_2048_verify_rows_hold(reso
 
 def test_more_requests_set_by_the_operator_capture_graphs_up_to_the_row_cap_only(resolve_with_graphs):
     running, decode, before = resolve_with_graphs(128, "--max-running-requests", "48")
-    assert running == 48 and max(before.bs) == 256
+    assert running == 48 and max(before.bs) == 48
     assert decode.bs == [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 15] and decode.max_bs == 15  # SGLang's list up to 15, and 15
     running, decode, _ = resolve_with_graphs(256, "--max-running-requests", "20")
     assert running == 20 and decode.bs == [1, 2, 3, 4, 5, 6, 7] and decode.max_bs == 7

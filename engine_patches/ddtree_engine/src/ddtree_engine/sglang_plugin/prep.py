@@ -251,28 +251,29 @@ def step_custom_mask(prep: TreePrep, prefix_lens: list[int]) -> torch.Tensor:
 
 @torch.no_grad()  # the worker's constructor runs outside SGLang's no-grad forward (an out= matmul refuses grad)
 def warm_up(step: TreeStep, lm_weight: torch.Tensor, vocab: int) -> None:
-    """Run one request's tree step (LM head, top-K, build, compile, walk) once on zero hidden states, eagerly,
-    so Triton compiles its kernels for this shape and the head's dtype when the worker starts, not on the
-    first request: on the H200 (2026-12-05, SGLang at budget 128) the threshold build compiled for 50 s
-    inside the first request. Writes only `step`'s own buffers (the worker's slot 0, rebuilt every step); the
-    scheduler creates the worker before it sizes the KV pools, so the one request's temporaries (the draft logits,
-    [L, V'] in the head's dtype: 4.6 MB at V' 151,936 bf16) go back to the device first.
+    """Run one request's tree step once on zero hidden states, eagerly, so Triton compiles its kernels for this
+    shape and the head's dtype when the worker starts, not in the first request: on the H200 (2026-12-05, SGLang
+    at budget 128) the threshold build compiled for 50 s inside the first request. The LM head, top-K, build,
+    compile, walk and the flat verify mask (into a uint8 buffer, as SGLang's Triton backend holds it) at the
+    tree's own width; a verify padded wider compiles the mask kernel again, and walk + commit's torch ops need no
+    compile. Writes only `step`'s own buffers (the worker's slot 0, rebuilt every step) and temporaries (the draft
+    logits, [L, V'] in the head's dtype: 4.6 MB at V' 151,936 bf16), which SGLang's memory measurement after it
+    empties the cache does not count.
 
     Args:
         step: the TreeStep to run (its shape is the server's); lm_weight: [V', H] the target's LM head;
             vocab: V, the columns the tree reads.
     """
-    device, depths = step.device, step.depths
+    device, depths, rows = step.device, step.depths, step.num_rows
     logits = torch.empty(1, depths, lm_weight.shape[0], dtype=lm_weight.dtype, device=device)
     hidden = torch.zeros(1, depths, lm_weight.shape[1], dtype=lm_weight.dtype, device=device)
-    prep = TreePrep([step], lm_weight, vocab, step.num_rows, logits, hidden)
+    mask = torch.zeros(rows * rows, dtype=torch.uint8, device=device)  # prefix 0: [C, 0 + C]
+    prep = TreePrep([step], lm_weight, vocab, rows, logits, hidden, mask_out=mask)
     zero = torch.zeros(1, dtype=torch.int64, device=device)
     prep.run(hidden, zero, zero)
-    step.walk(torch.zeros(step.num_rows, dtype=torch.int64, device=device))
+    step.walk(torch.zeros(rows, dtype=torch.int64, device=device))
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-        del prep, logits, hidden
-        torch.cuda.empty_cache()  # hand the temporaries back before SGLang measures what its pools may take
 
 
 class TreePreps:

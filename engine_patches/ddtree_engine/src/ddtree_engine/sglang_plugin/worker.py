@@ -143,13 +143,14 @@ class DDTreeWorker(DFlashWorkerV2):
         self._posts: dict[tuple, WalkCommit] = {}
         self._prep_graphs = graphs_wanted(torch.device(self.device), bool(getattr(server_args, "disable_cuda_graph", False)))
         self._preps = TreePreps(self._tree_step, self.depths, self.vocab_size, self.device, graph=self._prep_graphs, pool=self._graph_pool)
+        self._trace_path = os.environ.get(TRACE_ENV) or None
+        self._metrics = StepMetrics(self.budget, self.nodes, device=self.device)
+        self.check_supported()
+        # After the check: a setting it refuses (tp > 1 splits the LM head) is said before any compile.
         started = time.perf_counter()
         warm_up(self._tree_step(0), self._lm_head_weight(), self.vocab_size)
         logger.info("DDTREE: the tree step ran once at start (%.1f s: its kernels compile here, not in the first request)",
                     time.perf_counter() - started)
-        self._trace_path = os.environ.get(TRACE_ENV) or None
-        self._metrics = StepMetrics(self.budget, self.nodes, device=self.device)
-        self.check_supported()
         # The target's verify graphs, when SGLang captures them (after this constructor), carry
         # the tree mask (graph_runner.py); the verify pads its rows to their width (padding.py).
         graph_runner.install(self.target_worker.model_runner)
