@@ -7,7 +7,6 @@ d-th position after the root.
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 
 import torch
@@ -91,41 +90,8 @@ def build_tree(
     top_ids: list[list[int]] = []
     if depth_count > 0 and k > 0:
         top_vals, top_idx = sorted_topk_logprobs(draft_logits, k)
-        vals, top_ids = top_vals.tolist(), top_idx.tolist()
-        heap: list[tuple[float, int, int, int, int]] = []
-        counter = 0
-
-        def propose(score: float, depth0: int, rank: int, parent: int) -> None:
-            nonlocal counter
-            if depth0 < depth_count and rank < k:
-                heapq.heappush(heap, (-score, depth0, rank, counter, parent))
-                counter += 1
-
-        def accept(score: float, depth0: int, rank: int, parent: int) -> None:
-            chosen.append((depth0, rank, parent, score))
-            me = len(chosen) - 1
-            parent_score = chosen[parent][3] if parent >= 0 else 0.0
-            if rank + 1 < k:
-                propose(parent_score + vals[depth0][rank + 1], depth0, rank + 1, parent)
-            if depth0 + 1 < depth_count:
-                propose(score + vals[depth0 + 1][0], depth0 + 1, 0, me)
-
-        spine = min(spine_depth, depth_count, budget)
-        score = 0.0
-        for d in range(spine):
-            # The spine node's own first child is proposed by accept(); pop it back out so the
-            # spine is forced rather than competed for.
-            score += vals[d][0]
-            if heap:
-                heap = [h for h in heap if not (h[1] == d and h[2] == 0)]
-                heapq.heapify(heap)
-            accept(score, d, 0, len(chosen) - 1 if d > 0 else -1)
-        if spine == 0:
-            propose(vals[0][0], 0, 0, -1)
-        while heap and len(chosen) < budget:
-            neg, d, r, _, parent = heapq.heappop(heap)
-            accept(-neg, d, r, parent)
-
+        top_ids = top_idx.tolist()
+        chosen = tree_build.reference.select_prefixes(top_vals.tolist(), budget, spine_depth)
     return _assemble(chosen, top_ids, root_token)
 
 

@@ -1,8 +1,8 @@
 """Reference: best-first selection of the `budget` most probable prefixes from per-depth top-K.
 
-A mirror of core.tree.build_tree after its top-K step (tests hold the two equal on every
-input), written over the [L, K] candidate table so the kernel can be compared with it
-directly, and returning the kernel's fixed-shape arrays.
+The selection core.tree.build_tree runs after its top-K step (`select_prefixes`, over the [L, K]
+candidate table), laid out as the kernel's fixed-shape arrays (`build_tree_arrays`) so the kernel
+can be compared with it directly; tests hold those arrays equal to core.tree.build_tree's DraftTree.
 
 Without spine reservation the selection order is a fixed order of the full K-ary tree, so a
 parallel selection may take its first `budget` nodes instead of popping `budget` times: every depth
@@ -19,7 +19,7 @@ import torch
 
 
 def select_prefixes(vals: list[list[float]], budget: int, spine_depth: int) -> list[tuple[int, int, int, float]]:
-    """The chosen prefixes in selection order, as core.tree.build_tree picks them.
+    """The chosen prefixes in selection order (core.tree.build_tree's selection on the host).
 
     Args:
         vals: [L][K] per-depth log-probs, each row sorted best first.
