@@ -13,7 +13,9 @@ Rows, over the same [L=15, V=151,936] bf16 draft logits:
 
 Each budget's "PDL" and "plain launches" rows are its step with and without programmatic dependent launch
 (kernels/gdc.py: pdl=True / False; the main row takes the default, DDTREE_PDL else off), and "fused PDL" the
-one-launch build with it, measured in the same run.
+one-launch build with it, measured in the same run; "64-bit keys" and "PDL 64-bit keys" the step whose top-K
+first pass ranks 64-bit keys, as before 2026-12-05 (topk_logprobs.kernel.KEYS32 off; the stage table has that
+pass + walk beside the default's).
 The argmax in a graph is one kernel into a static output (`torch.argmax(..., out=)`; before 2026-12-05 a
 copy followed it).
 
@@ -126,7 +128,7 @@ def floor_rows(logits: torch.Tensor, root, prefix, bench, argmax_us: float, argm
     fill = torch.empty(1, device=logits.device)
     replay_us = bench(graphed(lambda: fill.fill_(1.0)).replay)
     print(f"step by stage, CUDA graphs ending with the walk; a graph replay alone (one fill) {replay_us:.1f} us")
-    print(f"{'budget':>6} {'stage':>22} {'graph us':>9} {'added us':>9} {'/argmax':>8} {'/graphed argmax':>15}")
+    print(f"{'budget':>6} {'stage':>24} {'graph us':>9} {'added us':>9} {'/argmax':>8} {'/graphed argmax':>15}")
     for budget, topk in BUDGETS:
         step = TreeStep(DEPTHS, VOCAB, budget, topk, logits.device)
         step.build(logits, root, prefix)
@@ -136,8 +138,16 @@ def floor_rows(logits: torch.Tensor, root, prefix, bench, argmax_us: float, argm
         topk = lambda s=step: s.topk_kernel.topk_logprobs(logits, s.k, out=(s.vals, s.ids), **s.topk_params)  # noqa: E731
         build = lambda s=step: s.build_kernel.build_tree_arrays(s.vals, s.ids, s.budget, root, 0, out=s.tree,  # noqa: E731
                                                                  method=s.build_method)
+        def first_pass64(s=step):
+            topk_kernel.KEYS32 = False
+            try:
+                topk_kernel.first_pass(logits, s.k, block=s.topk_block, out=first)
+            finally:
+                topk_kernel.KEYS32 = True
+
         stages = [
             ("first pass + walk", [lambda s=step: topk_kernel.first_pass(logits, s.k, block=s.topk_block, out=first), walk]),
+            ("64-bit keys' pass + walk", [first_pass64, walk]),
             ("+ merge", [topk, walk]),
             ("+ build", [topk, build, walk]),
             ("+ compile (the step)", [lambda s=step: s.build(logits, root, prefix), walk]),
@@ -148,8 +158,9 @@ def floor_rows(logits: torch.Tensor, root, prefix, bench, argmax_us: float, argm
             row = {"budget": budget, "stage": name, "graph_us": us, "added_us": us - before, "replay_us": replay_us,
                    "over_argmax": us / argmax_us, "over_argmax_graph": us / argmax_graph_us}
             rows.append(row)
-            print(f"{budget:>6} {name:>22} {us:>9.1f} {us - before:>9.1f} {row['over_argmax']:>8.2f} {row['over_argmax_graph']:>15.2f}")
-            before = us
+            print(f"{budget:>6} {name:>24} {us:>9.1f} {us - before:>9.1f} {row['over_argmax']:>8.2f} {row['over_argmax_graph']:>15.2f}")
+            if not name.startswith("64"):  # the 64-bit row is beside the first, not a stage after it
+                before = us
     return rows
 
 
@@ -256,17 +267,24 @@ def main() -> None:
         # The same step with the level-by-level build (tree_build kernel, method "levels") and with the
         # one-launch build (TreeStep(fused=True): top-K, build and compile in one kernel), each checked
         # against the serial step's arrays and timed in a CUDA graph.
-        variants = [("serial", "serial", False, None, None), ("threshold", "threshold", False, None, None),
-                    ("PDL", None, False, None, True), ("plain launches", None, False, None, False),
-                    ("no top-K groups", "serial", False, 1, None), ("levels", "levels", False, None, None),
-                    ("fused", "serial", True, None, None), ("fused PDL", "serial", True, None, True),
-                    ("fused levels", "levels", True, None, None)]
-        for name, method, fused, group, pdl in variants[:4] + variants[6:8] if args.quick else variants:
+        # "64-bit keys": the top-K's first pass ranking 64-bit keys, as before 2026-12-05 (topk_logprobs.kernel.KEYS32
+        # off while the graph is captured: the graph keeps the kernel it launched).
+        variants = [("serial", "serial", False, None, None, False), ("threshold", "threshold", False, None, None, False),
+                    ("PDL", None, False, None, True, False), ("plain launches", None, False, None, False, False),
+                    ("64-bit keys", None, False, None, None, True), ("PDL 64-bit keys", None, False, None, True, True),
+                    ("fused", "serial", True, None, None, False), ("fused PDL", "serial", True, None, True, False),
+                    ("no top-K groups", "serial", False, 1, None, False), ("levels", "levels", False, None, None, False),
+                    ("fused levels", "levels", True, None, None, False)]
+        for name, method, fused, group, pdl, keys64 in variants[:8] if args.quick else variants:
             other = TreeStep(DEPTHS, VOCAB, budget, topk, device, build_method=method, fused=fused, topk_group=group, pdl=pdl)
 
-            def eager_other(step=other, choices=choices):
-                step.build(logits, root, prefix)
-                step.walk(choices)
+            def eager_other(step=other, choices=choices, keys64=keys64):
+                topk_kernel.KEYS32 = not keys64
+                try:
+                    step.build(logits, root, prefix)
+                    step.walk(choices)
+                finally:
+                    topk_kernel.KEYS32 = True
 
             eager_other()
             eager_other()  # twice: the fused build must find its counters at zero again

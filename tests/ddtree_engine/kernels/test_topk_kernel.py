@@ -168,6 +168,48 @@ def test_groups_do_not_change_the_result(name, selection):
     _compare(name, logits, k, block=block, group=group)
 
 
+def _half_edges(dtype: torch.dtype) -> torch.Tensor:
+    """What the 32-bit keys must order as the 64-bit ones do, in a half-precision row: the dtype's largest finite
+    value beside +inf (bf16's shares FLT_MAX's high 16 bits, what +inf counts as), both signed zeros, -inf, NaN,
+    negative values (whose order-preserving bits have ones in the low bits), ties on both sides of block borders and
+    a block's last token."""
+    x = _logits(4, 1000, 31, dtype=torch.float32, scale=2.0)
+    big = torch.finfo(dtype).max
+    x[0, 5], x[0, 600], x[0, 7] = big, big, float("inf")
+    x[1] = -x[1].abs() - 1.0  # all negative
+    x[1, 63], x[1, 64], x[1, 127] = -0.5, -0.5, -0.5
+    x[1, 10], x[1, 11] = -0.0, 0.0
+    x[2, ::3] = float("-inf")
+    x[2, 1::7] = float("nan")
+    x[3] = torch.randint(0, 3, (1000,)).float() - 5.0  # ties everywhere, negative
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("block,group,tl_topk", [(64, 1, False), (64, 8, False), (128, 16, False), (64, 8, True), (1024, 8, True)])
+def test_32_bit_keys_give_the_64_bit_keys(dtype, block, group, tl_topk, monkeypatch):
+    # bf16 and fp16 logits rank 32-bit keys in the first pass (key_low_bits); fp32 and KEYS32 off rank 64-bit ones.
+    # Both must write the same keys, maxes and sums, and the result must be the reference's; the selections by
+    # the interpreter's rounds and by `tl.topk` (the GPU's; slow in the interpreter, so two shapes only).
+    if tl_topk:
+        import triton.language as tl
+
+        monkeypatch.setattr(kernel, "_TOPK", tl.constexpr(True))
+    assert kernel.key_low_bits(dtype, block) == {torch.bfloat16: 16, torch.float16: 13}[dtype]
+    assert kernel.key_low_bits(torch.float32, block) == 0 and kernel.key_low_bits(torch.float16, 16384) == 0
+    for name, logits, k in (("edges", _half_edges(dtype), 8), ("random, k = 16", _logits(2, 1200, 32, dtype), 16),
+                            ("border ties", _border_ties(300, 32).to(dtype), 8)):
+        logits = logits.to(DEVICE)
+        got = kernel.first_pass(logits, k, block=block, group=group)
+        monkeypatch.setattr(kernel, "KEYS32", False)
+        assert kernel.key_low_bits(dtype, block) == 0
+        want = kernel.first_pass(logits, k, block=block, group=group)
+        monkeypatch.setattr(kernel, "KEYS32", True)
+        assert torch.equal(got[0][..., :k], want[0][..., :k]), f"{name}: the 32-bit keys' K best differ from the 64-bit"
+        assert torch.equal(got[1], want[1]) and torch.equal(got[2], want[2]), f"{name}: maxes or sums differ"
+        _compare(f"{name} {dtype}", logits.cpu(), k, block=block, group=group)
+
+
 def test_real_vocabulary_in_one_pass():
     # Qwen3's V = 151,936 (two depths: the interpreter runs every program in Python).
     _compare("V=151936 bf16", _logits(2, 151_936, 10, torch.bfloat16), 8)

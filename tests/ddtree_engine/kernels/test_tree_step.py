@@ -326,6 +326,7 @@ def test_the_default_build_is_the_threshold_from_its_budget():
 
 
 COMPILE_FUSED_FOR_SM90 = r"""
+import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -344,7 +345,7 @@ for budget, topk, levels in ((15, 8, False), (15, 8, True), (256, 8, True), (256
     # The constants FusedBuild launches with at V = 151,936 (int32 frontier keys but at budget 1000).
     consts = {**topk_kernel.first_pass_constants(151_936, topk, 4096), **build_kernel.launch_constants(budget, topk, True),
               **build_kernel.key_constants(budget, topk), **mask_kernel.launch_constants(budget + 1, k.FUSED_COMPILE_ROWS), "LEVELS": levels,
-              "GDC": True}  # as launched on the H200 (kernels/gdc.py)
+              "LOWBITS": topk_kernel.key_low_bits(torch.bfloat16, 4096), "GDC": True}  # as launched on the H200 (kernels/gdc.py)
     src = ASTSource(fn=k._fused_build, signature={**sig, **{c: "constexpr" for c in consts}}, constexprs=consts)
     ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4}).asm["ptx"]
     print("fused", budget, topk, levels, ".target sm_90" in ptx and "griddepcontrol.wait" in ptx, "atom.global.gpu.acq_rel.add" in ptx)

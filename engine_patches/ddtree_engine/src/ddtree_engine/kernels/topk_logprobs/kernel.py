@@ -10,7 +10,13 @@ Two launches, both over fixed shapes (`topk_logprobs`):
   equal logits, the lowest id: the reference's stable-sort ties. A group stage first (`_chunk_keys`,
   GROUP = 8): the block's groups of 8 tokens ranked by their best key, the K best of the BLOCK / 8 group
   keys, then the K best of the 8 tokens of each of the K groups chosen (the K best tokens lie in them).
-  Each selection is Triton's bitonic top-k (`tl.topk`, in `_top_keys`).
+  Each selection is Triton's bitonic top-k (`tl.topk`, in `_top_keys`). On bf16 and fp16 logits the
+  selections rank 32-bit keys instead (`key_low_bits`, `_keys32`): a widened bf16 logit has 16 zero low bits
+  (fp16 13), which hold the token's offset in its block, so the value's order-preserving high bits and the offset
+  make one int32 whose max is the same token; the K best are widened to the 64-bit keys at the store, the same
+  keys as before. The pass is issue-bound (38 programs of 4 warps a row, ~4 a SM): the 64-bit compare-exchanges
+  of the selections and their keys were three quarters of its instructions; with 32-bit keys a program is 3,536 sm_90 instructions
+  against 5,384 (Triton 3.9's SASS for [15, 151,936] bf16, 4096 / 8 / 4 warps; `KEYS32 = False` restores them).
 - `_merge_topk`: one program per row merges the blocks: logsumexp = M + log(sum_c s_c *
   exp(m_c - M)), and the K best of the blocks' keys, decoded back to (logit, id): the K best blocks by
   their first key, then the K best of those blocks' keys. Log-probs are written in fp64 as
@@ -56,6 +62,10 @@ from ..gdc import gdc_enter, launch_options
 # Globals a kernel reads must be tl.constexpr (Triton refuses plain globals when compiling).
 # Below every real key: the smallest real key is -inf's, (-2139095041 << 32) | low.
 _SENTINEL = tl.constexpr(-9223372036854775807)
+# The same in the first pass's 32-bit keys (`_keys32`): below every real one, the smallest being -inf's 0x807F....
+_SENTINEL32 = tl.constexpr(-2147483647)
+# A +inf logit's high half in the 32-bit keys: above every finite value's (the largest, FLT_MAX's, is 0x7F7F....).
+_INF_HI32 = tl.constexpr(0x7F800000)
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # ln 2 split so both halves are exact fp32 constants (Triton makes Python floats fp32).
 _LN2_HI = tl.constexpr(0.693145751953125)
@@ -88,17 +98,18 @@ def _chunk_topk(
     KP: tl.constexpr,
     BLOCK: tl.constexpr,
     GROUP: tl.constexpr,
+    LOWBITS: tl.constexpr = 0,
     GDC: tl.constexpr = False,
 ):
     gdc_enter(GDC)
     _chunk_keys(logits_ptr, stride_row, V, NCHUNK, keys_ptr, max_ptr, sum_ptr, tl.program_id(0), tl.program_id(1), K, KP, BLOCK,
-                GROUP)
+                GROUP, LOWBITS)
 
 
 @triton.jit
 def _chunk_keys(
     logits_ptr, stride_row, V, NCHUNK, keys_ptr, max_ptr, sum_ptr, row, chunk,
-    K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr, GROUP: tl.constexpr,
+    K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr, GROUP: tl.constexpr, LOWBITS: tl.constexpr = 0,
 ):
     """One block of one row: its max, sum of exp(x - max) and K best keys (the first pass).
 
@@ -108,35 +119,44 @@ def _chunk_keys(
     tokens lie in those groups: a group holding one of them has a key at least that token's, and each group
     ranked above it has a better token of its own, so fewer than K do. Same keys out, K * GROUP candidates
     instead of BLOCK in the second selection.
+
+    LOWBITS > 0 (`key_low_bits`: bf16 16, fp16 13; BLOCK <= 2^LOWBITS): the selections rank 32-bit keys
+    (`_keys32`: the value's order-preserving high bits, the token's offset in the block in the low LOWBITS, which
+    the widened logits leave zero), half the instructions of the 64-bit ones' (the pass is issue-bound); the K
+    best are widened to the 64-bit keys at the store (`_wide_keys`), the same keys as LOWBITS 0 writes.
     """
     base_row = logits_ptr + row.to(tl.int64) * stride_row
+    start = chunk * BLOCK
     if GROUP == 1:
-        offs = chunk * BLOCK + tl.arange(0, BLOCK)
-        valid = offs < V
-        x = _widen(tl.load(base_row + offs, mask=valid, other=float("-inf")))
+        local = tl.arange(0, BLOCK)
+        valid = start + local < V
+        x = _widen(tl.load(base_row + start + local, mask=valid, other=float("-inf")))
         m, s = _max_and_sum(x, valid)
-        key = _keys(x, offs, valid)
+        key = _block_keys(x, start, local, valid, LOWBITS)
     else:
         NG: tl.constexpr = BLOCK // GROUP
-        first = chunk * BLOCK + tl.arange(0, NG) * GROUP  # each group's first token
-        offs2 = first[:, None] + tl.arange(0, GROUP)[None, :]
-        valid2 = offs2 < V
-        x2 = _widen(tl.load(base_row + offs2, mask=valid2, other=float("-inf")))
+        glocal = tl.arange(0, NG) * GROUP  # each group's first token, in the block
+        local2 = glocal[:, None] + tl.arange(0, GROUP)[None, :]
+        valid2 = start + local2 < V
+        x2 = _widen(tl.load(base_row + start + local2, mask=valid2, other=float("-inf")))
         gmax = tl.max(x2, axis=1)
         m = tl.max(gmax, axis=0)
         m_safe = tl.where(m == float("-inf"), 0.0, m)
         s = tl.sum(tl.sum(tl.where(valid2, tl.exp(x2 - m_safe), 0.0).to(tl.float64), axis=1), axis=0)
-        gkey = _keys(gmax, first, first < V)
+        gkey = _block_keys(gmax, start, glocal, start + glocal < V, LOWBITS)
         chosen = _top_keys(gkey, K, KP)
         # The chosen groups' tokens, read again (from cache): a group's first token is its key's id.
-        real = chosen != _SENTINEL
-        cand = (0x7FFFFFFF - (chosen & 0xFFFFFFFF)).to(tl.int32)
-        coffs = cand[:, None] + tl.arange(0, GROUP)[None, :]
-        cvalid = real[:, None] & (coffs < V)
-        cx = _widen(tl.load(base_row + coffs, mask=cvalid, other=float("-inf")))
-        key = tl.reshape(_keys(cx, coffs, cvalid), [KP * GROUP])
+        real = chosen != _none(chosen)
+        cand = _key_local(chosen, start, LOWBITS)
+        clocal = cand[:, None] + tl.arange(0, GROUP)[None, :]
+        cvalid = real[:, None] & (start + clocal < V)
+        cx = _widen(tl.load(base_row + start + clocal, mask=cvalid, other=float("-inf")))
+        key = tl.reshape(_block_keys(cx, start, clocal, cvalid, LOWBITS), [KP * GROUP])
     base = (row * NCHUNK + chunk) * KP
-    tl.store(keys_ptr + base + tl.arange(0, KP), _top_keys(key, K, KP))
+    best = _top_keys(key, K, KP)
+    if LOWBITS > 0:
+        best = _wide_keys(best, start, LOWBITS)
+    tl.store(keys_ptr + base + tl.arange(0, KP), best)
     tl.store(max_ptr + row * NCHUNK + chunk, m)
     tl.store(sum_ptr + row * NCHUNK + chunk, s)
 
@@ -170,12 +190,23 @@ def _best_keys(key, K: tl.constexpr, KP: tl.constexpr):
     than K are real): K rounds of "max, then drop it" (`_top_keys` for K = 1, for fewer than KP or more than
     `_TOPK_MAX` keys, and under the interpreter)."""
     slots = tl.arange(0, KP)
-    out = tl.full([KP], _SENTINEL, tl.int64)
+    none = _none(key)
+    out = tl.full([KP], none, key.dtype)
     for j in tl.static_range(K):
         best = tl.max(key, axis=0)
         out = tl.where(slots == j, best, out)
-        key = tl.where(key == best, _SENTINEL, key)
+        key = tl.where(key == best, none, key)
     return out
+
+
+@triton.jit
+def _none(key):
+    """The sentinel of `key`'s width (64-bit keys or the first pass's 32-bit ones)."""
+    if key.dtype.is_int32():
+        none = _SENTINEL32
+    else:
+        none = _SENTINEL
+    return none
 
 
 @triton.jit
@@ -185,6 +216,55 @@ def _max_and_sum(x, valid):
     m_safe = tl.where(m == float("-inf"), 0.0, m)
     s = tl.sum(tl.where(valid, tl.exp(x - m_safe), 0.0).to(tl.float64), axis=0)
     return m, s
+
+
+@triton.jit
+def _block_keys(x, start, local, valid, LOWBITS: tl.constexpr):
+    """Keys of logits x at offsets `local` of the block starting at token `start`: 64-bit (`_keys`) or, LOWBITS > 0,
+    32-bit (`_keys32`)."""
+    if LOWBITS > 0:
+        key = _keys32(x, local, valid, LOWBITS)
+    else:
+        key = _keys(x, start + local, valid)
+    return key
+
+
+@triton.jit
+def _key_local(key, start, LOWBITS: tl.constexpr):
+    """The offset in its block of a key's token (`_block_keys`' keys; a sentinel gives a value not used)."""
+    if LOWBITS > 0:
+        local = (1 << LOWBITS) - 1 - (key & ((1 << LOWBITS) - 1))
+    else:
+        local = (0x7FFFFFFF - (key & 0xFFFFFFFF)).to(tl.int32) - start
+    return local
+
+
+@triton.jit
+def _keys32(x, local, valid, LOWBITS: tl.constexpr):
+    """32-bit keys of logits x (bf16 or fp16 widened, so their low LOWBITS bits are zero) at block offsets `local`
+    (< 2^LOWBITS): the order-preserving bits of `_keys` with their low LOWBITS bits replaced by (2^LOWBITS - 1 -
+    local), so one integer max takes the larger logit, then the lower id. FLT_MAX (what +inf counts as, `_widen`)
+    takes the high half 0x7F80..., above every finite value (bf16's largest shares FLT_MAX's high 16 bits)."""
+    LOW: tl.constexpr = (1 << LOWBITS) - 1
+    is_max = x == _FLT_MAX
+    x = tl.where(x == 0.0, 0.0, x)
+    bits = x.to(tl.int32, bitcast=True)
+    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+    hi = tl.where(is_max, _INF_HI32, ordered & ~LOW)
+    return tl.where(valid, hi | (LOW - local), _SENTINEL32)
+
+
+@triton.jit
+def _wide_keys(key32, start, LOWBITS: tl.constexpr):
+    """`_keys32`' keys of the block starting at token `start` as `_keys`' 64-bit keys (sentinels to sentinels)."""
+    LOW: tl.constexpr = (1 << LOWBITS) - 1
+    hi = key32 & ~LOW
+    local = LOW - (key32 & LOW)
+    # A negative value's order-preserving bits have ones in the low bits (bits ^ 0x7FFFFFFF of zero bits).
+    ordered = tl.where(hi < 0, hi | LOW, hi)
+    ordered = tl.where(hi == _INF_HI32, 0x7F7FFFFF, ordered)  # FLT_MAX's bits
+    key = (ordered.to(tl.int64) << 32) | (0x7FFFFFFF - (start + local)).to(tl.int64)
+    return tl.where(key32 == _SENTINEL32, _SENTINEL, key)
 
 
 @triton.jit
@@ -357,9 +437,32 @@ def _first_pass(draft_logits, k, consts, num_warps, out=None, pdl=None):
     if rows:
         _chunk_topk[(rows, nchunk)](
             draft_logits, draft_logits.stride(0), vocab, nchunk, keys, maxes, sums, K=k, KP=consts["KP"],
-            BLOCK=consts["BLOCK"], GROUP=consts["GROUP"], num_warps=num_warps, **launch_options(draft_logits, pdl),
+            BLOCK=consts["BLOCK"], GROUP=consts["GROUP"], LOWBITS=key_low_bits(draft_logits.dtype, consts["BLOCK"]),
+            num_warps=num_warps, **launch_options(draft_logits, pdl),
         )
     return keys, maxes, sums
+
+
+# The low bits a logit of each dtype leaves zero once widened to fp32 (bf16: a truncated fp32; fp16: 10 of fp32's 23
+# mantissa bits), where the first pass's 32-bit keys put the token's offset in its block (`_keys32`).
+_ZERO_LOW_BITS = {torch.bfloat16: 16, torch.float16: 13}
+# Whether the first pass ranks 32-bit keys where the dtype and block allow (`key_low_bits`); tests turn it off to
+# compare both.
+KEYS32 = True
+
+
+def key_low_bits(dtype: torch.dtype, block: int) -> int:
+    """The first pass's LOWBITS: the bits of its 32-bit keys that hold a token's offset in its block, or 0 for
+    64-bit keys (fp32 logits, a block of more than 2^bits tokens, or `KEYS32` off).
+
+    Args:
+        dtype: the logits' dtype; block: tokens per program (BLOCK).
+
+    Returns:
+        16 for bf16, 13 for fp16 where the block fits, else 0.
+    """
+    bits = _ZERO_LOW_BITS.get(dtype, 0)
+    return bits if KEYS32 and bits and block <= 1 << bits else 0
 
 
 def first_pass_constants(vocab: int, k: int, block: int, group: int = DEFAULT_GROUP) -> dict:

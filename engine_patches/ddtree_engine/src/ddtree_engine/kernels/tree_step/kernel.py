@@ -53,11 +53,13 @@ def _fused_build(
     K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr, GROUP: tl.constexpr, CP: tl.constexpr,
     BUDGET: tl.constexpr, B: tl.constexpr, NB: tl.constexpr, NP: tl.constexpr, COLS: tl.constexpr,
     LEVELS: tl.constexpr, LOGB: tl.constexpr, BR: tl.constexpr, WP: tl.constexpr,
-    SD: tl.constexpr, SR: tl.constexpr, SC: tl.constexpr, KNONE: tl.constexpr, GDC: tl.constexpr = False,
+    SD: tl.constexpr, SR: tl.constexpr, SC: tl.constexpr, KNONE: tl.constexpr, LOWBITS: tl.constexpr = 0,
+    GDC: tl.constexpr = False,
 ):
     gdc_enter(GDC)
     row = tl.program_id(0)
-    _chunk_keys(logits_ptr, stride_row, V, NCHUNK, keys_ptr, max_ptr, sum_ptr, row, tl.program_id(1), K, KP, BLOCK, GROUP)
+    _chunk_keys(logits_ptr, stride_row, V, NCHUNK, keys_ptr, max_ptr, sum_ptr, row, tl.program_id(1), K, KP, BLOCK, GROUP,
+                LOWBITS)
     tl.debug_barrier()
     blocks_done = tl.atomic_add(count_ptr + row, 1, sem="acq_rel")
     if blocks_done == NCHUNK - 1:
@@ -118,5 +120,6 @@ class FusedBuild:
             draft_logits, draft_logits.stride(0), step.vocab, self.nchunk, self.keys, self.maxes, self.sums, self.counts,
             step.vals, step.ids, root, step.depths, self.spine, self.ws, self.ws_score, *step.tree,
             prefix_len, step.depths, *step.compiled, self.n_out, step.compiled[1].shape[1],
-            **self.shape, num_warps=self.num_warps, **self.gdc,
+            **self.shape, LOWBITS=topk_kernel.key_low_bits(draft_logits.dtype, self.shape["BLOCK"]), num_warps=self.num_warps,
+            **self.gdc,
         )
