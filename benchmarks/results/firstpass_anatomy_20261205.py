@@ -10,6 +10,9 @@ A copy of kernels/topk_logprobs `_chunk_keys` (GROUP > 1 path) with a MODE const
   6 as 5, both selections over int32 keys (bf16 only: a bf16 logit widened to fp32 has 16 zero low bits, so its
     order-preserving bits' high half and a 16-bit local index make one int32 key; +inf as the 0x7F80 pattern),
     widened to the kernel's int64 keys at the store (must equal the kernel's keys)
+  7 as 6, each selection K rounds of "max, then drop it" (`_best_keys`) instead of `tl.topk`: less than half the
+    shuffles in the sm_90 SASS (308 against 732 at 4096 / 8 / 4 warps), but a chain of K block-wide reductions
+The "kernel" column is kernels/topk_logprobs' first pass as it runs by default (since 0583fcc: 32-bit keys on bf16).
 Each launch is captured 20 times in one CUDA graph; per launch = replay / 20 (do_bench median).
 
     PYTHONPATH=engine_patches/ddtree_engine/src python benchmarks/results/firstpass_anatomy_20261205.py
@@ -89,10 +92,13 @@ def _anatomy(logits_ptr, stride_row, V, NCHUNK, keys_ptr, max_ptr, sum_ptr,
         cx = tk._widen(tl.load(base_row + coffs, mask=cvalid, other=float("-inf")))
         key = tl.reshape(tk._keys(cx, coffs, cvalid), [KP * GROUP])
         tl.store(keys_ptr + base + tl.arange(0, KP), tk._top_keys(key, K, KP))
-    if MODE == 6:
+    if MODE == 6 or MODE == 7:
         glocal = tl.arange(0, NG) * GROUP
         gkey = _keys32(gmax, glocal, first < V)
-        chosen = tl.topk(gkey, KP)
+        if MODE == 6:
+            chosen = tl.topk(gkey, KP)
+        else:
+            chosen = tk._best_keys(gkey, K, KP)
         real = chosen != _S32
         cand = 0xFFFF - (chosen & 0xFFFF)
         clocal = cand[:, None] + tl.arange(0, GROUP)[None, :]
@@ -100,7 +106,10 @@ def _anatomy(logits_ptr, stride_row, V, NCHUNK, keys_ptr, max_ptr, sum_ptr,
         cvalid = real[:, None] & (coffs < V)
         cx = tk._widen(tl.load(base_row + coffs, mask=cvalid, other=float("-inf")))
         key = tl.reshape(_keys32(cx, clocal, cvalid), [KP * GROUP])
-        best = tl.topk(key, KP)
+        if MODE == 6:
+            best = tl.topk(key, KP)
+        else:
+            best = tk._best_keys(key, K, KP)
         tl.store(keys_ptr + base + tl.arange(0, KP), _widen_key(best, chunk * BLOCK))
     tl.store(max_ptr + row * NCHUNK + chunk, m)
     tl.store(sum_ptr + row * NCHUNK + chunk, s)
@@ -141,13 +150,13 @@ def main():
         bufs = tk.first_pass_buffers(L, nch, c["KP"], dev)
         t_kernel = per_launch(lambda: tk.first_pass(x, K, block=block, group=group, num_warps=warps, out=ref, pdl=False))
         line = [f"{block}/{group}/{warps}w kernel {t_kernel:5.2f}"]
-        for mode in range(7):
+        for mode in range(8):
             def go(inp=x, mode=mode):
                 _anatomy[(L, nch)](inp, inp.stride(0), V, nch, *bufs, K=K, KP=c["KP"], BLOCK=c["BLOCK"], GROUP=c["GROUP"],
                                    MODE=mode, num_warps=warps)
             t = per_launch(go)
             ok = ""
-            if mode in (4, 5, 6):
+            if mode in (4, 5, 6, 7):
                 for inp in (x, y):
                     tk.first_pass(inp, K, block=block, group=group, num_warps=warps, out=ref, pdl=False)
                     bufs[0].fill_(123)
@@ -158,7 +167,7 @@ def main():
                     ok += "=" if same and close else "X"
             line.append(f"m{mode} {t:5.2f}{ok}")
         print("  ".join(line), flush=True)
-    print("# m4/m5/m6 suffix: = where keys, maxes and sums (rtol 1e-6) equal the kernel's on random and on edge logits")
+    print("# m4-m7 suffix: = where keys, maxes and sums (rtol 1e-6) equal the kernel's on random and on edge logits")
 
 
 if __name__ == "__main__":
