@@ -16,7 +16,8 @@ Two launches, both over fixed shapes (`topk_logprobs`):
   make one int32 whose max is the same token; the K best are widened to the 64-bit keys at the store, the same
   keys as before. The pass is issue-bound (38 programs of 4 warps a row, ~4 a SM): the 64-bit compare-exchanges
   of the selections and their keys were three quarters of its instructions; with 32-bit keys a program is 3,536 sm_90 instructions
-  against 5,384 (Triton 3.9's SASS for [15, 151,936] bf16, 4096 / 8 / 4 warps; `KEYS32 = False` restores them).
+  against 5,384 (Triton 3.9's SASS for [15, 151,936] bf16, 4096 / 8 / 4 warps; 4,112 against 5,400 with Triton 3.6;
+  `KEYS32 = False` restores them). Not yet timed on a GPU (README, Triton kernels).
 - `_merge_topk`: one program per row merges the blocks: logsumexp = M + log(sum_c s_c *
   exp(m_c - M)), and the K best of the blocks' keys, decoded back to (logit, id): the K best blocks by
   their first key, then the K best of those blocks' keys. Log-probs are written in fp64 as
