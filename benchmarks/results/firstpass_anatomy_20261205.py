@@ -9,7 +9,8 @@ A copy of kernels/topk_logprobs `_chunk_keys` (GROUP > 1 path) with a MODE const
   5 as 4, the sum in fp32 within a group, fp64 across groups (GROUP x fewer conversions)
   6 as 5, both selections over int32 keys (bf16 only: a bf16 logit widened to fp32 has 16 zero low bits, so its
     order-preserving bits' high half and a 16-bit local index make one int32 key; +inf as the 0x7F80 pattern),
-    widened to the kernel's int64 keys at the store (must equal the kernel's keys)
+    widened to the kernel's int64 keys at the store (must equal the kernel's keys); the kernel's own `_keys32` and
+    `_wide_keys` since 4a33f9a (this script held copies of them, written before the kernel had them)
   7 as 6, each selection K rounds of "max, then drop it" (`_best_keys`) instead of `tl.topk`: less than half the
     shuffles in the sm_90 SASS (308 against 732 at 4096 / 8 / 4 warps), but a chain of K block-wide reductions
 The "kernel" column is kernels/topk_logprobs' first pass as it runs by default (since 0583fcc: 32-bit keys on bf16).
@@ -29,31 +30,6 @@ from ddtree_engine.kernels.topk_logprobs import kernel as tk
 L, V, K = 15, 151_936, 8
 _S = tl.constexpr(-9223372036854775807)
 _S32 = tl.constexpr(-2147483647)
-
-
-@triton.jit
-def _keys32(x, local, valid):
-    # bf16 values widened to fp32: low 16 bits zero. +inf (after _widen: FLT_MAX) gets 0x7F80 above every finite.
-    is_max = x == 3.4028234663852886e38
-    x = tl.where(x == 0.0, 0.0, x)
-    bits = x.to(tl.int32, bitcast=True)
-    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
-    hi = tl.where(is_max, 0x7F800000, ordered & -65536)
-    key = hi | (0xFFFF - local)
-    return tl.where(valid, key, _S32)
-
-
-@triton.jit
-def _widen_key(k32, chunk_base):
-    # int32 key -> the kernel's int64 key (value bits, 2^31 - 1 - global id).
-    hi = k32 & -65536
-    local = 0xFFFF - (k32 & 0xFFFF)
-    # back to fp32 order-preserving bits of the value: finite bf16 -> ordered with low 16 bits as _keys makes them
-    neg = hi < 0
-    ordered = tl.where(neg, hi | 0xFFFF, hi)  # a negative value's ordered bits have low 16 ones (bits ^ 0x7FFFFFFF)
-    ordered = tl.where(hi == 0x7F800000, 0x7F7FFFFF, ordered)  # +inf counted as FLT_MAX
-    key = (ordered.to(tl.int64) << 32) | (0x7FFFFFFF - (chunk_base + local)).to(tl.int64)
-    return tl.where(k32 == _S32, _S, key)
 
 
 @triton.jit
@@ -94,7 +70,7 @@ def _anatomy(logits_ptr, stride_row, V, NCHUNK, keys_ptr, max_ptr, sum_ptr,
         tl.store(keys_ptr + base + tl.arange(0, KP), tk._top_keys(key, K, KP))
     if MODE == 6 or MODE == 7:
         glocal = tl.arange(0, NG) * GROUP
-        gkey = _keys32(gmax, glocal, first < V)
+        gkey = tk._keys32(gmax, glocal, first < V, 16)
         if MODE == 6:
             chosen = tl.topk(gkey, KP)
         else:
@@ -105,12 +81,12 @@ def _anatomy(logits_ptr, stride_row, V, NCHUNK, keys_ptr, max_ptr, sum_ptr,
         coffs = chunk * BLOCK + clocal
         cvalid = real[:, None] & (coffs < V)
         cx = tk._widen(tl.load(base_row + coffs, mask=cvalid, other=float("-inf")))
-        key = tl.reshape(_keys32(cx, clocal, cvalid), [KP * GROUP])
+        key = tl.reshape(tk._keys32(cx, clocal, cvalid, 16), [KP * GROUP])
         if MODE == 6:
             best = tl.topk(key, KP)
         else:
             best = tk._best_keys(key, K, KP)
-        tl.store(keys_ptr + base + tl.arange(0, KP), _widen_key(best, chunk * BLOCK))
+        tl.store(keys_ptr + base + tl.arange(0, KP), tk._wide_keys(best, chunk * BLOCK, 16))
     tl.store(max_ptr + row * NCHUNK + chunk, m)
     tl.store(sum_ptr + row * NCHUNK + chunk, s)
 
