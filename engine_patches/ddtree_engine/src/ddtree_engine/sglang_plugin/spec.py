@@ -154,6 +154,11 @@ def check_ddtree_settings(server_args) -> None:
         raise ValueError(f"{ALGORITHM} cannot start with these settings:" + "".join(f"\n- {p}" for p in problems))
 
 
+def requests_per_step(width: int, max_rows: int = STEP_MAX_ROWS) -> int:
+    """The most requests of `width` verify rows each whose decode step holds at most `max_rows` rows (at least 1)."""
+    return max(1, max_rows // width)
+
+
 def wide_tree_limits(record, width: int, max_rows: int = STEP_MAX_ROWS) -> dict:
     """What a verify of `width` rows a request declares so a decode step holds at most `max_rows` rows (module doc).
 
@@ -168,7 +173,7 @@ def wide_tree_limits(record, width: int, max_rows: int = STEP_MAX_ROWS) -> dict:
         not name the decode graphs' batch sizes (capped_graph_batch_sizes). Each change is logged.
     """
     cfg = resolving_view(record)
-    cap = max(1, max_rows // width)
+    cap = requests_per_step(width, max_rows)
     running = cfg.max_running_requests
     if record.max_running_requests is None and running is not None and running > cap:
         logger.info(
@@ -212,7 +217,7 @@ def capped_graph_batch_sizes(config, locked, width: int, max_running: int | None
         return None
     if {(Phase.DECODE, "bs"), (Phase.DECODE, "max_bs")} & set(locked):
         return None
-    cap = max(1, max_rows // width)
+    cap = requests_per_step(width, max_rows)
     if min(max(config.decode.bs), max_running or max(config.decode.bs)) <= cap:
         return None
     kept = sorted({bs for bs in config.decode.bs if bs <= cap} | {cap})
