@@ -241,17 +241,20 @@ def _key_local(key, start, LOWBITS: tl.constexpr):
 
 
 @triton.jit
+def _ordered_bits(x):
+    """fp32 x as int32 bits whose signed order is x's (-0.0 and +0.0, the same log-prob, the same bits)."""
+    bits = tl.where(x == 0.0, 0.0, x).to(tl.int32, bitcast=True)
+    return bits ^ ((bits >> 31) & 0x7FFFFFFF)
+
+
+@triton.jit
 def _keys32(x, local, valid, LOWBITS: tl.constexpr):
     """32-bit keys of logits x (bf16 or fp16 widened, so their low LOWBITS bits are zero) at block offsets `local`
     (< 2^LOWBITS): the order-preserving bits of `_keys` with their low LOWBITS bits replaced by (2^LOWBITS - 1 -
     local), so one integer max takes the larger logit, then the lower id. FLT_MAX (what +inf counts as, `_widen`)
     takes the high half 0x7F80..., above every finite value (bf16's largest shares FLT_MAX's high 16 bits)."""
     LOW: tl.constexpr = (1 << LOWBITS) - 1
-    is_max = x == _FLT_MAX
-    x = tl.where(x == 0.0, 0.0, x)
-    bits = x.to(tl.int32, bitcast=True)
-    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
-    hi = tl.where(is_max, _INF_HI32, ordered & ~LOW)
+    hi = tl.where(x == _FLT_MAX, _INF_HI32, _ordered_bits(x) & ~LOW)
     return tl.where(valid, hi | (LOW - local), _SENTINEL32)
 
 
@@ -271,11 +274,7 @@ def _wide_keys(key32, start, LOWBITS: tl.constexpr):
 @triton.jit
 def _keys(x, offs, valid):
     """64-bit keys of logits x at token ids offs: one integer max takes the larger logit, then the lower id."""
-    # -0.0 and +0.0 are the same log-prob; give them the same key bits.
-    x = tl.where(x == 0.0, 0.0, x)
-    bits = x.to(tl.int32, bitcast=True)
-    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
-    key = (ordered.to(tl.int64) << 32) | (0x7FFFFFFF - offs).to(tl.int64)
+    key = (_ordered_bits(x).to(tl.int64) << 32) | (0x7FFFFFFF - offs).to(tl.int64)
     return tl.where(valid, key, _SENTINEL)
 
 
