@@ -15,7 +15,8 @@ Each budget's "PDL" and "plain launches" rows are its step with and without prog
 (kernels/gdc.py: pdl=True / False; the main row takes the default, DDTREE_PDL else off), and "fused PDL" the
 one-launch build with it, measured in the same run; "64-bit keys" and "PDL 64-bit keys" the step whose top-K
 first pass ranks 64-bit keys, as before 2026-12-05 (topk_logprobs.kernel.KEYS32 off; the stage table has that
-pass + walk beside the default's).
+pass + walk beside the default's); "rounds 1024/8/1w" and "PDL rounds 1024/8/1w" the step whose first pass
+takes 1,024-token blocks, one warp, and selects by K rounds (TreeStep(topk_rounds=True, topk_block=1024, topk_warps=1)).
 The argmax in a graph is one kernel into a static output (`torch.argmax(..., out=)`; before 2026-12-05 a
 copy followed it).
 
@@ -35,10 +36,11 @@ before it), with the level-by-level build (TreeStep(build_method=
 "levels")), with the one-launch build (TreeStep(fused=True): top-K, build and compile in one kernel)
 and with both, each checked against the serial step and timed in a CUDA graph; last the build alone, serial against levels at 1, 4 and 8 warps, in CUDA graphs.
 
-    python benchmarks/bench_tree_step.py [--quick] [--out DIR]   (JSON to DIR, else $OUT, else benchmarks/results/)
+    python benchmarks/bench_tree_step.py [--quick] [--budgets 15,22] [--out DIR]   (JSON to DIR, else $OUT, else
+    benchmarks/results/; --budgets: the main and stage tables' budgets, topk 8, default 15,22,64,256)
 
---quick: the main table with its serial, threshold, fused and plain-launch rows (no top-K groups, levels
-and fused levels left out), then the stage table; nothing after it.
+--quick: the main table with its serial, threshold, PDL, plain-launch, 64-bit-key, fused and rounds rows (no top-K
+groups, levels and fused levels left out), then the stage table; nothing after it.
 """
 
 from __future__ import annotations
@@ -115,7 +117,8 @@ def graphed(fn):
     return graph
 
 
-def floor_rows(logits: torch.Tensor, root, prefix, bench, argmax_us: float, argmax_graph_us: float) -> list[dict]:
+def floor_rows(logits: torch.Tensor, root, prefix, bench, argmax_us: float, argmax_graph_us: float,
+               budgets=BUDGETS) -> list[dict]:
     """Where the graphed step's time goes, stage by stage: CUDA graphs that stop after each stage of
     TreeStep (serial build, default top-K), each ending with the walk, against the argmax.
 
@@ -129,7 +132,7 @@ def floor_rows(logits: torch.Tensor, root, prefix, bench, argmax_us: float, argm
     replay_us = bench(graphed(lambda: fill.fill_(1.0)).replay)
     print(f"step by stage, CUDA graphs ending with the walk; a graph replay alone (one fill) {replay_us:.1f} us")
     print(f"{'budget':>6} {'stage':>24} {'graph us':>9} {'added us':>9} {'/argmax':>8} {'/graphed argmax':>15}")
-    for budget, topk in BUDGETS:
+    for budget, topk in budgets:
         step = TreeStep(DEPTHS, VOCAB, budget, topk, logits.device)
         step.build(logits, root, prefix)
         choices = torch.zeros(step.num_rows, dtype=torch.long, device=logits.device)
@@ -200,6 +203,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--rep", type=int, default=200, help="do_bench rep (ms) per measurement")
+    parser.add_argument("--budgets", type=lambda v: [(int(b), 8) for b in v.split(",")], default=BUDGETS,
+                        help="comma-separated budgets of the main and stage tables (topk 8; default 15,22,64,256)")
     parser.add_argument("--quick", action="store_true",
                         help="the main table (with and without PDL, serial, threshold, fused) and the stage table only")
     args = parser.parse_args()
@@ -231,7 +236,7 @@ def main() -> None:
     rows = []
     header = f"{'budget':>6} {'topk':>4} {'today us':>10} {'lean us':>9} {'eager us':>9} {'graph us':>9} {'graph/argmax':>12} {'today/graph':>11} {'today/eager':>11} {'lean/graph':>10}"
     print(header)
-    for budget, topk in BUDGETS:
+    for budget, topk in args.budgets:
         step = TreeStep(DEPTHS, VOCAB, budget, topk, device)
         choices = torch.zeros(step.num_rows, dtype=torch.long, device=device)
         # Correctness first: the kernel step equals the reference step on these logits.
@@ -269,14 +274,20 @@ def main() -> None:
         # against the serial step's arrays and timed in a CUDA graph.
         # "64-bit keys": the top-K's first pass ranking 64-bit keys, as before 2026-12-05 (topk_logprobs.kernel.KEYS32
         # off while the graph is captured: the graph keeps the kernel it launched).
-        variants = [("serial", "serial", False, None, None, False), ("threshold", "threshold", False, None, None, False),
-                    ("PDL", None, False, None, True, False), ("plain launches", None, False, None, False, False),
-                    ("64-bit keys", None, False, None, None, True), ("PDL 64-bit keys", None, False, None, True, True),
-                    ("fused", "serial", True, None, None, False), ("fused PDL", "serial", True, None, True, False),
-                    ("no top-K groups", "serial", False, 1, None, False), ("levels", "levels", False, None, None, False),
-                    ("fused levels", "levels", True, None, None, False)]
-        for name, method, fused, group, pdl, keys64 in variants[:8] if args.quick else variants:
-            other = TreeStep(DEPTHS, VOCAB, budget, topk, device, build_method=method, fused=fused, topk_group=group, pdl=pdl)
+        # "rounds 1024/8/1w": the first pass on 1,024-token blocks, one warp, its selections by K rounds
+        # (TreeStep(topk_rounds=True); the fastest pass in benchmarks/results/firstpass_anatomy_20261205_h100.txt).
+        rounds = dict(topk_block=1024, topk_warps=1, topk_rounds=True)
+        variants = [("serial", dict(build_method="serial"), False), ("threshold", dict(build_method="threshold"), False),
+                    ("PDL", dict(pdl=True), False), ("plain launches", dict(pdl=False), False),
+                    ("64-bit keys", {}, True), ("PDL 64-bit keys", dict(pdl=True), True),
+                    ("fused", dict(build_method="serial", fused=True), False),
+                    ("fused PDL", dict(build_method="serial", fused=True, pdl=True), False),
+                    ("rounds 1024/8/1w", dict(rounds, pdl=False), False), ("PDL rounds 1024/8/1w", dict(rounds, pdl=True), False),
+                    ("no top-K groups", dict(build_method="serial", topk_group=1), False),
+                    ("levels", dict(build_method="levels"), False),
+                    ("fused levels", dict(build_method="levels", fused=True), False)]
+        for name, kwargs, keys64 in variants[:10] if args.quick else variants:
+            other = TreeStep(DEPTHS, VOCAB, budget, topk, device, **kwargs)
 
             def eager_other(step=other, choices=choices, keys64=keys64):
                 topk_kernel.KEYS32 = not keys64
@@ -299,7 +310,7 @@ def main() -> None:
                 f"({us / argmax_graph_us:.2f}x the graphed argmax), today / graph {today_us / us:.1f}x, serial step / it "
                 f"{graph_us / us:.2f}x" + ("" if matches else "  MISMATCH vs the serial step")
             )
-    floor_table = floor_rows(logits, root, prefix, bench, argmax_us, argmax_graph_us)
+    floor_table = floor_rows(logits, root, prefix, bench, argmax_us, argmax_graph_us, args.budgets)
     if args.quick:
         _write(args.out, {"info": info, "rows": rows, "by_stage": floor_table})
         return

@@ -67,7 +67,8 @@ first = topk.first_pass_constants(151_936, 8, 4096)
 kernels = {
     "first pass": (topk._chunk_topk, {"logits_ptr": "*bf16", "stride_row": i32, "V": i32, "NCHUNK": i32, "keys_ptr": i64,
                                       "max_ptr": "*fp32", "sum_ptr": "*fp64"},
-                   {**{c: first[c] for c in ("K", "KP", "BLOCK", "GROUP")}, "LOWBITS": topk.key_low_bits(torch.bfloat16, 4096)}, 4),
+                   {**{c: first[c] for c in ("K", "KP", "BLOCK", "GROUP")}, "LOWBITS": topk.key_low_bits(torch.bfloat16, 4096),
+                    "ROUNDS": False}, 4),
     "merge": (topk._merge_topk, {"keys_ptr": i64, "max_ptr": "*fp32", "sum_ptr": "*fp64", "NCHUNK": i32, "vals_ptr": "*fp64",
                                  "ids_ptr": i64}, {c: first[c] for c in ("K", "KP", "CP", "BLOCK")}, 1),
     "compile": (mask._compile_tree, {"par_ptr": i64, "dep_ptr": i64, "n_ptr": i64, "prefix_ptr": i64, "max_depth": i32,

@@ -210,6 +210,26 @@ def test_32_bit_keys_give_the_64_bit_keys(dtype, block, group, tl_topk, monkeypa
         _compare(f"{name} {dtype}", logits.cpu(), k, block=block, group=group)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("block,group", [(64, 8), (128, 1)])
+def test_selection_by_rounds_gives_the_keys_of_tl_topk(dtype, block, group, monkeypatch):
+    # `rounds=True` (ROUNDS): both first-pass selections by K rounds of "max, then drop it" instead of `tl.topk`,
+    # with 32-bit (bf16) and 64-bit (fp32) keys; the same K best keys, maxes and sums, and the reference's result.
+    # `_TOPK` on, so the default here is `tl.topk` as on the GPU (the interpreter otherwise takes the rounds too).
+    import triton.language as tl
+
+    monkeypatch.setattr(kernel, "_TOPK", tl.constexpr(True))
+    for name, logits, k in (("edges", _half_edges(torch.bfloat16).to(dtype), 8), ("border ties", _border_ties(300, 32).to(dtype), 8)):
+        logits = logits.to(DEVICE)
+        want = kernel.first_pass(logits, k, block=block, group=group)
+        got = kernel.first_pass(logits, k, block=block, group=group, rounds=True)
+        assert torch.equal(got[0][..., :k], want[0][..., :k]), f"{name}: the rounds' K best differ from tl.topk's"
+        assert torch.equal(got[1], want[1]) and torch.equal(got[2], want[2]), f"{name}: maxes or sums differ"
+        vals, ids = kernel.topk_logprobs(logits, k, block=block, group=group, rounds=True, num_warps=1)
+        want_vals, want_ids = reference.sorted_topk_logprobs(logits.cpu(), k)
+        assert torch.equal(ids.cpu(), want_ids), f"{name}: ids differ from the reference's"
+
+
 def test_real_vocabulary_in_one_pass():
     # Qwen3's V = 151,936 (two depths: the interpreter runs every program in Python).
     _compare("V=151936 bf16", _logits(2, 151_936, 10, torch.bfloat16), 8)

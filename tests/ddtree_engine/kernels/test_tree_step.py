@@ -224,6 +224,25 @@ def test_engine_is_lossless_with_the_tree_kernels(engines, monkeypatch):
     assert all(calls.values()), f"a kernel was never called: {calls}"
 
 
+@pytest.mark.parametrize("fused", [False, True])
+def test_the_step_with_a_first_pass_by_rounds_on_one_warp(fused, monkeypatch):
+    # TreeStep(topk_rounds=True, topk_warps=1): the first pass's selections by K rounds (what the anatomy timed
+    # fastest), against `tl.topk` as the default here (`_TOPK` on, as on the GPU); the reference's arrays either way.
+    import triton.language as tl
+
+    monkeypatch.setattr(topk_kernel, "_TOPK", tl.constexpr(True))
+    depths, vocab, budget, topk = 5, 300, 15, 8
+    logits = _logits(depths, vocab, 7, torch.bfloat16)
+    want_tree, _, _ = reference_step(logits, budget, topk, 3, 9, None)
+    choices = _deep_choices(want_tree, 7)
+    want = reference_step(logits, budget, topk, 3, 9, choices)
+    step = TreeStep(depths, vocab, budget, topk, DEVICE, topk_block=64, fused=fused, topk_rounds=True, topk_warps=1)
+    assert step.topk_params["rounds"] and step.topk_params["num_warps"] == 1
+    step.build(logits.to(DEVICE), torch.tensor([3], device=DEVICE), torch.tensor([9], device=DEVICE))
+    step.walk(choices.to(DEVICE))
+    _compare("rounds, one warp", step, want)
+
+
 def test_topk_kernel_in_the_step_is_used(monkeypatch):
     calls = []
     real = topk_kernel.topk_logprobs
@@ -345,7 +364,8 @@ for budget, topk, levels in ((15, 8, False), (15, 8, True), (256, 8, True), (256
     # The constants FusedBuild launches with at V = 151,936 (int32 frontier keys but at budget 1000).
     consts = {**topk_kernel.first_pass_constants(151_936, topk, 4096), **build_kernel.launch_constants(budget, topk, True),
               **build_kernel.key_constants(budget, topk), **mask_kernel.launch_constants(budget + 1, k.FUSED_COMPILE_ROWS), "LEVELS": levels,
-              "LOWBITS": topk_kernel.key_low_bits(torch.bfloat16, 4096), "GDC": True}  # as launched on the H200 (kernels/gdc.py)
+              "LOWBITS": topk_kernel.key_low_bits(torch.bfloat16, 4096), "GDC": True,  # as launched on the H200 (kernels/gdc.py)
+              "ROUNDS": levels}  # the first pass's selections by K rounds (TreeStep(topk_rounds=True)) in the levels cases
     src = ASTSource(fn=k._fused_build, signature={**sig, **{c: "constexpr" for c in consts}}, constexprs=consts)
     ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4}).asm["ptx"]
     print("fused", budget, topk, levels, ".target sm_90" in ptx and "griddepcontrol.wait" in ptx, "atom.global.gpu.acq_rel.add" in ptx)

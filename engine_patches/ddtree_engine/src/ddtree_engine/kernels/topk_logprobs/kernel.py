@@ -101,17 +101,19 @@ def _chunk_topk(
     BLOCK: tl.constexpr,
     GROUP: tl.constexpr,
     LOWBITS: tl.constexpr = 0,
+    ROUNDS: tl.constexpr = False,
     GDC: tl.constexpr = False,
 ):
     gdc_enter(GDC)
     _chunk_keys(logits_ptr, stride_row, V, NCHUNK, keys_ptr, max_ptr, sum_ptr, tl.program_id(0), tl.program_id(1), K, KP, BLOCK,
-                GROUP, LOWBITS)
+                GROUP, LOWBITS, ROUNDS)
 
 
 @triton.jit
 def _chunk_keys(
     logits_ptr, stride_row, V, NCHUNK, keys_ptr, max_ptr, sum_ptr, row, chunk,
     K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr, GROUP: tl.constexpr, LOWBITS: tl.constexpr = 0,
+    ROUNDS: tl.constexpr = False,
 ):
     """One block of one row: its max, sum of exp(x - max) and K best keys (the first pass).
 
@@ -126,6 +128,10 @@ def _chunk_keys(
     (`_keys32`: the value's order-preserving high bits, the token's offset in the block in the low LOWBITS, which
     the widened logits leave zero), half the instructions of the 64-bit ones' (the pass is issue-bound); the K
     best are widened to the 64-bit keys at the store (`_wide_keys`), the same keys as LOWBITS 0 writes.
+
+    ROUNDS: both selections K rounds of "max, then drop it" (`_best_keys`) instead of `_top_keys`' `tl.topk`: the
+    same keys (an H100's first pass, 32-bit keys, 1,024-token blocks, one warp: 4.64 us a launch against 6.60 by
+    `tl.topk`, benchmarks/results/firstpass_anatomy_20261205_h100.txt mode 7; not yet timed in the step).
     """
     base_row = logits_ptr + row.to(tl.int64) * stride_row
     start = chunk * BLOCK
@@ -146,7 +152,7 @@ def _chunk_keys(
         m_safe = tl.where(m == float("-inf"), 0.0, m)
         s = tl.sum(tl.sum(tl.where(valid2, tl.exp(x2 - m_safe), 0.0).to(tl.float64), axis=1), axis=0)
         gkey = _block_keys(gmax, start, glocal, start + glocal < V, LOWBITS)
-        chosen = _top_keys(gkey, K, KP)
+        chosen = _select(gkey, K, KP, ROUNDS)
         # The chosen groups' tokens, read again (from cache): a group's first token is its key's id.
         real = chosen != _none(chosen)
         cand = _key_local(chosen, start, LOWBITS)
@@ -155,7 +161,7 @@ def _chunk_keys(
         cx = _widen(tl.load(base_row + start + clocal, mask=cvalid, other=float("-inf")))
         key = tl.reshape(_block_keys(cx, start, clocal, cvalid, LOWBITS), [KP * GROUP])
     base = (row * NCHUNK + chunk) * KP
-    best = _top_keys(key, K, KP)
+    best = _select(key, K, KP, ROUNDS)
     if LOWBITS > 0:
         best = _wide_keys(best, start, LOWBITS)
     tl.store(keys_ptr + base + tl.arange(0, KP), best)
@@ -183,6 +189,16 @@ def _top_keys(key, K: tl.constexpr, KP: tl.constexpr):
         out = tl.topk(key, KP)
     else:
         out = _best_keys(key, K, KP)
+    return out
+
+
+@triton.jit
+def _select(key, K: tl.constexpr, KP: tl.constexpr, ROUNDS: tl.constexpr):
+    """The first pass's selections: `_best_keys` where ROUNDS, else `_top_keys`."""
+    if ROUNDS:
+        out = _best_keys(key, K, KP)
+    else:
+        out = _top_keys(key, K, KP)
     return out
 
 
@@ -377,6 +393,7 @@ def topk_logprobs(
     num_warps: int = 4,
     merge_warps: int = 1,
     pdl: bool | None = None,
+    rounds: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The `k` most probable tokens per row of `draft_logits`, best first (Triton).
 
@@ -389,6 +406,7 @@ def topk_logprobs(
             capped at the block).
         num_warps: warps per program of the first pass; merge_warps: of the merge's (one a row).
         pdl: launch both passes with programmatic dependent launch (kernels/gdc.py; None: DDTREE_PDL, else gdc.DEFAULT).
+        rounds: the first pass selects by K rounds instead of `tl.topk` (`_chunk_keys`' ROUNDS); the same result.
 
     Returns:
         (logprobs [L, k] float64, token_ids [L, k] int64): ties to the lower token id.
@@ -399,7 +417,7 @@ def topk_logprobs(
     out = _outputs(draft_logits, k, out)
     if rows == 0:
         return out
-    keys, maxes, sums = _first_pass(draft_logits, k, consts, num_warps, pdl=pdl)
+    keys, maxes, sums = _first_pass(draft_logits, k, consts, num_warps, pdl=pdl, rounds=rounds)
     _merge_topk[(rows,)](keys, maxes, sums, keys.shape[1], out[0], out[1], K=k, KP=consts["KP"], CP=consts["CP"],
                          BLOCK=consts["BLOCK"], num_warps=merge_warps, **launch_options(draft_logits, pdl))
     return out
@@ -413,13 +431,14 @@ def first_pass(
     num_warps: int = 4,
     out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     pdl: bool | None = None,
+    rounds: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The first pass alone (`_chunk_topk`), what the merge reads; the benchmark times it alone.
 
     Args:
         draft_logits, k, block, group, num_warps: as `topk_logprobs`.
         out: optional (keys, maxes, sums) buffers to fill, shaped as `first_pass_buffers` makes them.
-        pdl: as `topk_logprobs`.
+        pdl, rounds: as `topk_logprobs`.
 
     Returns:
         (keys [L, blocks, KP] int64, maxes [L, blocks] fp32, sums [L, blocks] fp64): each block's K best
@@ -427,10 +446,10 @@ def first_pass(
     """
     rows, vocab = _check(draft_logits, k)
     consts = first_pass_constants(vocab, k, block, group)
-    return _first_pass(rows_contiguous(draft_logits), k, consts, num_warps, out, pdl)
+    return _first_pass(rows_contiguous(draft_logits), k, consts, num_warps, out, pdl, rounds)
 
 
-def _first_pass(draft_logits, k, consts, num_warps, out=None, pdl=None):
+def _first_pass(draft_logits, k, consts, num_warps, out=None, pdl=None, rounds=False):
     """`first_pass` on checked, row-contiguous logits with its constants (topk_logprobs has them already)."""
     rows, vocab = draft_logits.shape
     nchunk = triton.cdiv(vocab, consts["BLOCK"])
@@ -439,7 +458,7 @@ def _first_pass(draft_logits, k, consts, num_warps, out=None, pdl=None):
         _chunk_topk[(rows, nchunk)](
             draft_logits, draft_logits.stride(0), vocab, nchunk, keys, maxes, sums, K=k, KP=consts["KP"],
             BLOCK=consts["BLOCK"], GROUP=consts["GROUP"], LOWBITS=key_low_bits(draft_logits.dtype, consts["BLOCK"]),
-            num_warps=num_warps, **launch_options(draft_logits, pdl),
+            ROUNDS=rounds, num_warps=num_warps, **launch_options(draft_logits, pdl),
         )
     return keys, maxes, sums
 

@@ -49,6 +49,9 @@ class TreeStep:
             small so small vocabularies still take several blocks a row).
         topk_group: tokens per group of that pass's group stage (a power of two, 1 for none; None:
             the kernel's default).
+        topk_warps: warps per program of that pass (the one-launch build: of every program).
+        topk_rounds: that pass selects by K rounds instead of `tl.topk` (topk_logprobs.kernel.topk_logprobs'
+            `rounds`); the same arrays.
         pdl: launch the kernels with programmatic dependent launch (kernels/gdc.py: each kernel's programs
             start while the one before drains, then wait for its writes) where the GPU can (compute capability
             9.0 and later); None: as DDTREE_PDL says, else gdc.DEFAULT (off). The same arrays either way.
@@ -67,6 +70,8 @@ class TreeStep:
         topk_block: int = 4096,
         topk_group: int | None = None,
         pdl: bool | None = None,
+        topk_warps: int = 4,
+        topk_rounds: bool = False,
     ):
         if depths < 1 or budget < 0 or topk < 1:
             raise ValueError(f"expected L >= 1, budget >= 0, topk >= 1, got L {depths}, budget {budget}, topk {topk}")
@@ -108,7 +113,7 @@ class TreeStep:
 
         self.pdl = enabled(self.vals, pdl)
         self.topk_block = topk_block
-        self.topk_params = dict(block=topk_block, pdl=self.pdl)
+        self.topk_params = dict(block=topk_block, pdl=self.pdl, num_warps=topk_warps, rounds=topk_rounds)
         if topk_group is not None:
             self.topk_params["group"] = topk_group
         self.fused = None

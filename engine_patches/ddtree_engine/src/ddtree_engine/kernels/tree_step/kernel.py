@@ -54,12 +54,12 @@ def _fused_build(
     BUDGET: tl.constexpr, B: tl.constexpr, NB: tl.constexpr, NP: tl.constexpr, COLS: tl.constexpr,
     LEVELS: tl.constexpr, LOGB: tl.constexpr, BR: tl.constexpr, WP: tl.constexpr,
     SD: tl.constexpr, SR: tl.constexpr, SC: tl.constexpr, KNONE: tl.constexpr, LOWBITS: tl.constexpr = 0,
-    GDC: tl.constexpr = False,
+    ROUNDS: tl.constexpr = False, GDC: tl.constexpr = False,
 ):
     gdc_enter(GDC)
     row = tl.program_id(0)
     _chunk_keys(logits_ptr, stride_row, V, NCHUNK, keys_ptr, max_ptr, sum_ptr, row, tl.program_id(1), K, KP, BLOCK, GROUP,
-                LOWBITS)
+                LOWBITS, ROUNDS)
     tl.debug_barrier()
     blocks_done = tl.atomic_add(count_ptr + row, 1, sem="acq_rel")
     if blocks_done == NCHUNK - 1:
@@ -90,11 +90,12 @@ class FusedBuild:
             per group (topk_logprobs.kernel.topk_logprobs).
         num_warps: warps of every program (the last one builds and compiles with the same warps).
         pdl: launch with programmatic dependent launch (kernels/gdc.py; None: DDTREE_PDL, else gdc.DEFAULT).
+        rounds: the top-K pass selects by K rounds (topk_logprobs.kernel.topk_logprobs).
     """
 
     def __init__(self, step, block: int = 4096, group: int = topk_kernel.DEFAULT_GROUP, num_warps: int = 4,
-                 pdl: bool | None = None):
-        self.step, self.num_warps = step, num_warps
+                 pdl: bool | None = None, rounds: bool = False):
+        self.step, self.num_warps, self.rounds = step, num_warps, rounds
         self.gdc = launch_options(step.vals, pdl)
         depths, budget, device = step.depths, step.budget, step.device
         topk_consts = topk_kernel.first_pass_constants(step.vocab, step.k, block, group)
@@ -120,6 +121,7 @@ class FusedBuild:
             draft_logits, draft_logits.stride(0), step.vocab, self.nchunk, self.keys, self.maxes, self.sums, self.counts,
             step.vals, step.ids, root, step.depths, self.spine, self.ws, self.ws_score, *step.tree,
             prefix_len, step.depths, *step.compiled, self.n_out, step.compiled[1].shape[1],
-            **self.shape, LOWBITS=topk_kernel.key_low_bits(draft_logits.dtype, self.shape["BLOCK"]), num_warps=self.num_warps,
+            **self.shape, LOWBITS=topk_kernel.key_low_bits(draft_logits.dtype, self.shape["BLOCK"]), ROUNDS=self.rounds,
+            num_warps=self.num_warps,
             **self.gdc,
         )
