@@ -78,11 +78,11 @@ def _compare(name, step, want):
                 assert torch.equal(g, w), f"{name}: {group}.{field} differ:\n kernel    {g.tolist()}\n reference {w.tolist()}"
 
 
-def _run_step(depths, vocab, budget, topk, spine, logits, root, prefix, seed, method="serial", block=4096):
+def _run_step(depths, vocab, budget, topk, spine, logits, root, prefix, seed, method="serial", block=4096, **options):
     want_tree, _, _ = reference_step(logits, budget, topk, root, prefix, None, spine)
     choices = _deep_choices(want_tree, seed)
     want = reference_step(logits, budget, topk, root, prefix, choices, spine)
-    step = TreeStep(depths, vocab, budget, topk, DEVICE, spine, topk_block=block, **_variant(method))
+    step = TreeStep(depths, vocab, budget, topk, DEVICE, spine, topk_block=block, **_variant(method), **options)
     step.build(logits.to(DEVICE), torch.tensor([root], device=DEVICE), torch.tensor([prefix], device=DEVICE))
     step.walk(choices.to(DEVICE))
     return step, want
@@ -231,15 +231,10 @@ def test_the_step_with_a_first_pass_by_rounds_on_one_warp(fused, monkeypatch):
     import triton.language as tl
 
     monkeypatch.setattr(topk_kernel, "_TOPK", tl.constexpr(True))
-    depths, vocab, budget, topk = 5, 300, 15, 8
-    logits = _logits(depths, vocab, 7, torch.bfloat16)
-    want_tree, _, _ = reference_step(logits, budget, topk, 3, 9, None)
-    choices = _deep_choices(want_tree, 7)
-    want = reference_step(logits, budget, topk, 3, 9, choices)
-    step = TreeStep(depths, vocab, budget, topk, DEVICE, topk_block=64, fused=fused, topk_rounds=True, topk_warps=1)
+    logits = _logits(5, 300, 7, torch.bfloat16)
+    step, want = _run_step(5, 300, 15, 8, 0, logits, 3, 9, 7, "fused serial" if fused else "serial", block=64,
+                           topk_rounds=True, topk_warps=1)
     assert step.topk_params["rounds"] and step.topk_params["num_warps"] == 1
-    step.build(logits.to(DEVICE), torch.tensor([3], device=DEVICE), torch.tensor([9], device=DEVICE))
-    step.walk(choices.to(DEVICE))
     _compare("rounds, one warp", step, want)
 
 
