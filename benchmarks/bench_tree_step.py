@@ -206,7 +206,8 @@ def main() -> None:
     parser.add_argument("--budgets", type=lambda v: [(int(b), 8) for b in v.split(",")], default=BUDGETS,
                         help="comma-separated budgets of the main and stage tables (topk 8; default 15,22,64,256)")
     parser.add_argument("--quick", action="store_true",
-                        help="the main table (with and without PDL, serial, threshold, fused) and the stage table only")
+                        help="the main table (with and without PDL, serial, threshold, 64-bit keys, fused, rounds) and the stage "
+                             "table only")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU")
