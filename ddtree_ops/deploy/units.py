@@ -15,7 +15,16 @@ import yaml
 
 from ..config import Engine, Host, Service
 from ..exceptions import ConfigError
-from ..hosts.layout import ENV_FILE_DIR, IMAGE_ENV_DIR, container_name, env_file_path, syslog_identifier, unit_name
+from ..hosts.layout import (
+    ENV_FILE_DIR,
+    IMAGE_ENV_DIR,
+    cache_dir,
+    cache_directory,
+    container_name,
+    env_file_path,
+    syslog_identifier,
+    unit_name,
+)
 from ..provision.kinds import lock_kind
 from ..provision.modes import install_mode
 from ..state import repo_root
@@ -94,7 +103,7 @@ def container_run_args(service: Service, host: Host, engine: Engine, env_names: 
     environment passes through by name from the unit (`-e NAME`, the values stay in the 0600 env
     file, out of the command line); GPUs by UUID like the venv units (all of them when the service
     pins none and the host lists GPUs or runs the sglang backend); model directories are mounted
-    read-only at the same paths. The image's entrypoint is `ddtree-engine`; an sglang service runs
+    read-only at the same paths, the service's cache directory read-write. The image's entrypoint is `ddtree-engine`; an sglang service runs
     the image's env Python instead, with the same arguments as its venv unit.
     """
     args = ["--network", "host", "--init"]
@@ -102,6 +111,10 @@ def container_run_args(service: Service, host: Host, engine: Engine, env_names: 
         args += ["--entrypoint", f"{IMAGE_ENV_DIR}/bin/{EXECUTABLES[engine.backend]}"]
     for name in env_names:
         args += ["-e", name]
+    # The service's cache directory (the unit's CacheDirectory=) at the same path, so what one run compiles the
+    # next reuses (`--rm` drops everything else the container wrote).
+    cache = cache_dir(service.name)
+    args += ["-v", f"{cache}:{cache}"]
     uuids = gpu_uuids(service, host)
     if uuids:
         # The quotes are part of the value: docker reads --gpus as CSV and a device list has commas.
@@ -120,16 +133,30 @@ def unit_environment(uuids: list[str]) -> dict[str, str]:
     return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(uuids)}
 
 
+def default_env(service: str) -> dict[str, str]:
+    """Variables ddtree-ops sets unless the service's `env:` names them.
+
+    `TRITON_CACHE_DIR`: Triton's compiled kernels in the service's cache directory (`hosts.layout.cache_dir`,
+    the unit's CacheDirectory=), which outlives restarts, releases and, mounted, the container. A start
+    compiles every Triton kernel it meets for the first time, and SGLang's tree verify compiles some per
+    verify width: on an H100 (2026-12-05) its causal-conv1d update took 166 s to compile at DDTREE 128/8
+    (129 rows a request, a loop unrolled over them) and did not finish within 400 s at 256/8; with the cache
+    only the first start pays that.
+    """
+    return {"TRITON_CACHE_DIR": f"{cache_dir(service)}/triton"}
+
+
 def env_file_values(service: Service) -> dict[str, str]:
     """The contents of `/etc/ddtree/<service>.env` but the API key (`api_key_line`), which is carried apart:
-    ddtree-ops' own variables, then the service's `env` (knowledge.service_env.TOOL_SET_ENV keeps it off ddtree-ops' own)."""
+    ddtree-ops' own variables, then `default_env` under the service's `env` (knowledge.service_env.TOOL_SET_ENV
+    keeps that off ddtree-ops' own)."""
     return {
         "PYTHONUNBUFFERED": "1",
         # Hosts may have no network; models come from local paths or the engine package.
         "HF_HUB_OFFLINE": "1",
         "DDTREE_SERVICE": service.name,
         # Sorted: the env file is part of the release, so reordering `env:` alone is no new release.
-        **dict(sorted(service.env.items())),
+        **dict(sorted({**default_env(service.name), **service.env}.items())),
     }
 
 
@@ -192,6 +219,7 @@ class UnitSpec:
             "name": self.service,
             "unit": self.unit,
             "syslog_identifier": syslog_identifier(self.service),
+            "cache_directory": cache_directory(self.service),
             "env_file": env_file_path(self.service),
             "algorithm": self.algorithm,
             "port": self.port,

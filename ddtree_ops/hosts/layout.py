@@ -9,6 +9,7 @@
 /etc/systemd/system/ddtree-<service>.service
 /var/lib/ddtree/state.json           current and previous release per service, the env or image
 /var/lib/ddtree/deploy.lock          flock(1)ed while deploy, rollback, undeploy or sweep changes the host
+/var/cache/ddtree/<service>/         the service's compile caches (systemd CacheDirectory=; Triton's under triton/)
 ```
 
 The Ansible roles receive these values as variables (or carry the same defaults, named there).
@@ -32,6 +33,8 @@ STATE_PATH = "/var/lib/ddtree/state.json"
 # Held (flock) by the SSH session of the ddtree-ops run changing the host's services; it holds the holder's
 # description (hosts/lock.py) while held.
 LOCK_PATH = "/var/lib/ddtree/deploy.lock"
+# A service's compile caches, kept across restarts and releases (the unit's CacheDirectory=, relative to /var/cache).
+SERVICE_CACHE_ROOT = "/var/cache"
 MANIFEST_NAME = "abi-manifest.json"  # the ABI manifest stored beside an env (or an image's record)
 ENGINE_ENTRY_POINT = "bin/ddtree-engine"  # inside an env
 IMAGE_REPO = "ddtree-engine"
@@ -59,6 +62,16 @@ def syslog_identifier(service: str) -> str:
 def container_name(service: str) -> str:
     """The name of the service's container in container mode (`docker ps`, `docker logs`)."""
     return f"ddtree-{service}"
+
+
+def cache_directory(service: str) -> str:
+    """The unit's `CacheDirectory=` (relative to /var/cache): `ddtree/<service>`."""
+    return f"ddtree/{service}"
+
+
+def cache_dir(service: str) -> str:
+    """The service's cache directory on the host (and, mounted at the same path, in its container)."""
+    return f"{SERVICE_CACHE_ROOT}/{cache_directory(service)}"
 
 
 def env_file_path(service: str) -> str:

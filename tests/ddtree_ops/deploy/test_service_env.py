@@ -15,7 +15,14 @@ from click.testing import CliRunner
 from ddtree_ops import knowledge
 from ddtree_ops.cli import cli
 from ddtree_ops.config import load_project, parse_project
-from ddtree_ops.deploy.units import API_KEY_ENV, env_file_values, render_env_file, unit_environment, unit_spec
+from ddtree_ops.deploy.units import (
+    API_KEY_ENV,
+    default_env,
+    env_file_values,
+    render_env_file,
+    unit_environment,
+    unit_spec,
+)
 from ddtree_ops.exceptions import ConfigError
 from ddtree_ops.knowledge.service_env import TOOL_SET_ENV
 
@@ -122,7 +129,8 @@ def test_the_env_file_holds_the_service_env_after_ddtree_ops_own():
     text = render_env_file(spec)
     lines = [line for line in text.splitlines() if line and not line.startswith("#")]
     assert lines[:3] == ['PYTHONUNBUFFERED="1"', 'HF_HUB_OFFLINE="1"', 'DDTREE_SERVICE="tree"']
-    assert lines[3:6] == ['DDTREE_DRAFT_GRAPH_AT_BLOCK="0"', 'NCCL_DEBUG="INFO"', 'NOTE="a \\"quoted\\" $HOME value\\\\"']
+    assert lines[3:] == ['DDTREE_DRAFT_GRAPH_AT_BLOCK="0"', 'NCCL_DEBUG="INFO"', 'NOTE="a \\"quoted\\" $HOME value\\\\"',
+                         'TRITON_CACHE_DIR="/var/cache/ddtree/tree/triton"']
     # Sorted: the same entries in another order are the same file (no new release, no restart).
     reordered = parse_project(document(dict(reversed(list(env.items())))))
     again = unit_spec(reordered.service("tree"), reordered.host("gpu-1"), reordered.engine, metrics_log_interval=32)
@@ -135,14 +143,33 @@ def test_a_container_is_told_the_names_of_the_service_env():
     project = parse_project(document({"NCCL_DEBUG": "INFO"}, mode="container"))
     spec = unit_spec(project.service("tree"), project.host("gpu-1"), project.engine, metrics_log_interval=32)
     args = spec.container_args
-    assert [args[i + 1] for i, a in enumerate(args) if a == "-e"] == ["PYTHONUNBUFFERED", "HF_HUB_OFFLINE", "DDTREE_SERVICE", "NCCL_DEBUG"]
+    assert [args[i + 1] for i, a in enumerate(args) if a == "-e"] == [
+        "PYTHONUNBUFFERED", "HF_HUB_OFFLINE", "DDTREE_SERVICE", "NCCL_DEBUG", "TRITON_CACHE_DIR"]
+
+
+def test_triton_compiles_into_the_service_cache_directory_unless_env_says_otherwise():
+    """A start compiles every Triton kernel it meets for the first time (SGLang's tree verify some per verify
+    width: minutes at budget 128 on an H100): TRITON_CACHE_DIR in the unit's CacheDirectory= keeps them for the
+    next start; in container mode that directory is mounted at the same path, read-write. A service's own
+    TRITON_CACHE_DIR wins."""
+    for mode in ("venv", "container"):
+        project = parse_project(document({}, mode=mode))
+        spec = unit_spec(project.service("tree"), project.host("gpu-1"), project.engine, metrics_log_interval=32)
+        assert spec.env_file["TRITON_CACHE_DIR"] == "/var/cache/ddtree/tree/triton"
+        assert spec.as_vars()["cache_directory"] == "ddtree/tree"
+        mounts = [spec.container_args[i + 1] for i, a in enumerate(spec.container_args) if a == "-v"]
+        assert mounts[:1] == (["/var/cache/ddtree/tree:/var/cache/ddtree/tree"] if mode == "container" else [])
+    project = parse_project(document({"TRITON_CACHE_DIR": "/scratch/triton"}))
+    assert env_file_values(project.service("tree"))["TRITON_CACHE_DIR"] == "/scratch/triton"
+    assert env_file_values(project.service("baseline"))["TRITON_CACHE_DIR"] == "/var/cache/ddtree/baseline/triton"
 
 
 def test_every_variable_ddtree_ops_sets_is_refused_in_env():
     project = parse_project(document({}))
     service = project.service("tree")
-    ours = set(env_file_values(service)) | set(unit_environment([UUID])) | {API_KEY_ENV}
+    ours = set(env_file_values(service)) - set(default_env(service.name)) | set(unit_environment([UUID])) | {API_KEY_ENV}
     assert ours == set(TOOL_SET_ENV)
+    assert not set(default_env(service.name)) & set(TOOL_SET_ENV), "a default is the service's to override"
 
 
 def test_the_known_engine_variables_are_the_ones_the_engine_reads():

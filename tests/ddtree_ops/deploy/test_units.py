@@ -146,6 +146,7 @@ def test_rendered_unit_follows_systemd_practice():
     assert timeout >= 600, "model loads take minutes: the start timeout must be generous"
     assert "EnvironmentFile=/etc/ddtree/tree.env" in service_section
     assert "SyslogIdentifier=ddtree-tree" in service_section
+    assert "\nCacheDirectory=ddtree/tree\n" in service_section, "compiled kernels outlive restarts (TRITON_CACHE_DIR)"
     exec_line = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
     assert exec_line == (
         "ExecStart=/opt/ddtree/envs/abc123/bin/ddtree-engine serve --target /models/qwen --draft /models/dflash "
@@ -201,7 +202,8 @@ def test_container_unit_runs_the_engine_image_under_docker_with_gpus_by_uuid():
     exec_line = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
     assert exec_line == (
         "ExecStart=/usr/bin/docker run --rm --name ddtree-tree --network host --init "
-        "-e PYTHONUNBUFFERED -e HF_HUB_OFFLINE -e DDTREE_SERVICE -e DDTREE_API_KEY "
+        "-e PYTHONUNBUFFERED -e HF_HUB_OFFLINE -e DDTREE_SERVICE -e TRITON_CACHE_DIR -e DDTREE_API_KEY "
+        "-v /var/cache/ddtree/tree:/var/cache/ddtree/tree "
         f'--gpus "\\"device={UUID_B}\\"" '
         "-v /models/qwen:/models/qwen:ro -v /models/dflash:/models/dflash:ro "
         "ddtree-engine:0123456789abcdef serve --target /models/qwen --draft /models/dflash "
@@ -225,7 +227,9 @@ def test_container_unit_gives_all_gpus_when_the_service_pins_none_and_none_on_a_
     assert container_run_args(unpinned, p.host("gpu-1"), p.engine, [])[-6:-4] == ["--gpus", "all"]
     assert "--gpus" not in container_run_args(p.service("cpu-tree"), p.host("cpu-1"), p.engine, [])
     lab = project(install={"mode": "container"}, target="lab", draft="lab")
-    assert "-v" not in container_run_args(lab.service("cpu-tree"), lab.host("cpu-1"), lab.engine, [])
+    lab_args = container_run_args(lab.service("cpu-tree"), lab.host("cpu-1"), lab.engine, [])
+    assert [lab_args[i + 1] for i, a in enumerate(lab_args) if a == "-v"] == [
+        "/var/cache/ddtree/cpu-tree:/var/cache/ddtree/cpu-tree"], "no model mounts for the engine's own lab pair"
 
 
 @pytest.mark.skipif(

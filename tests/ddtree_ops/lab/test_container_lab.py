@@ -130,10 +130,18 @@ def test_deploy_runs_the_services_from_the_image_under_systemd(container_config)
     )
     assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] >= 1
 
+    # The service's cache directory (CacheDirectory=) is mounted at its own path: what one container leaves in
+    # TRITON_CACHE_DIR the next one, started after a crash, finds (`--rm` drops everything else).
+    cache = SSH.run(lab2, "docker exec ddtree-c-tree sh -c 'mkdir -p \"$TRITON_CACHE_DIR\" && "
+                          "touch \"$TRITON_CACHE_DIR/left-by-the-last-run\" && echo \"$TRITON_CACHE_DIR\"'").strip()
+    assert cache == "/var/cache/ddtree/c-tree/triton"
+
     # systemd supervises the container: killed, it comes back through Restart=on-failure.
     main_pid = SSH.run(lab2, "systemctl show -p MainPID --value ddtree-c-tree.service").strip()
     SSH.run(lab2, "docker kill ddtree-c-tree")
     _wait_healthy(url, timeout_s=120)
+    assert "left-by-the-last-run" in SSH.run(lab2, f"docker exec ddtree-c-tree ls {cache}").split()
+    assert SSH.run(lab2, f"stat -c %F {cache}/left-by-the-last-run").strip() == "regular empty file"
     assert SSH.run(lab2, "systemctl show -p MainPID --value ddtree-c-tree.service").strip() != main_pid
     assert int(SSH.run(lab2, "systemctl show -p NRestarts --value ddtree-c-tree.service")) >= 1
 

@@ -190,6 +190,9 @@ def test_a_services_env_reaches_its_process_and_a_deploy_without_it_takes_it_awa
     assert env["DDTREE_KERNELS"] == "reference"
     assert env["LAB_NOTE"] == 'a "quoted" $HOME %n value\\'
     assert env["DDTREE_SERVICE"] == "tree" and env["HF_HUB_OFFLINE"] == "1"
+    # Compiled kernels go to the unit's CacheDirectory=, which systemd made and keeps across restarts.
+    assert env["TRITON_CACHE_DIR"] == "/var/cache/ddtree/tree/triton"
+    assert SSH.run(host, "stat -c %F /var/cache/ddtree/tree").strip() == "directory"
     assert "DDTREE_KERNELS" not in _process_env(host, "ddtree-baseline.service")
 
     result = _run("-c", config, "deploy", "--hosts", host.name, "--services", "tree", "--budget", "15", "--topk", "8")

@@ -54,7 +54,10 @@ logger = logging.getLogger(__name__)
 # server's start (that kernel's compile and runs at 8,192, read from SGLang's source; the log names no kernel).
 # 2,048 rows keep it at most 2,048 wide: budgets up to 41 (42 rows) keep DFLASH's 48 requests; budget 128 runs 15 at
 # once, 256 runs 7. A verify that wide is compute-bound long before (a 4B target over 2,048 rows is a prefill
-# chunk), so the cap costs little throughput.
+# chunk), so the cap costs little throughput. It does not bound the other wide compile: SGLang's tree causal-conv1d
+# update (_causal_conv1d_update_kernel) unrolls a loop over one request's verify rows; on an H100 (2026-12-05,
+# sglang_h100_wide*_2026-12-05.json) it compiled for 166 s at 129 rows and had not finished after 400 s at 257.
+# Deploy keeps each service's Triton cache across restarts (ddtree_ops deploy/units.py default_env).
 STEP_MAX_ROWS = 2048
 
 # Attention backends whose target-verify path applies an arbitrary per-request tree mask
