@@ -4,10 +4,20 @@
 #    run cut by the call's limit still says which tests passed;
 # 2. the break-check: the PDL replay test on a copy of the engine whose gdc_enter does not wait
 #    (break_gdc_wait.py) must fail.
-#   bash benchmarks/h200_pdl_check.sh OUT_DIR [PYTEST_WORKERS]      (on the GPU host, from the repository root)
+#   bash benchmarks/h200_pdl_check.sh OUT_DIR [PYTEST_WORKERS [TEST_PATH...]]      (on the GPU host, from the repository root)
+# TEST_PATHs (relative to the repository root) narrow step 1 to what an earlier, cut run did not reach, e.g.
+# tests/ddtree_engine/kernels/test_tree_build.py; by default the kernel and SGLang-worker suites.
 set -uo pipefail
 OUT=${1:?out dir}; WORKERS=${2:-14}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
+if [ $# -gt 2 ]; then
+  SUITES=("${@:3}")
+else
+  SUITES=(tests/ddtree_engine/kernels tests/ddtree_engine/sglang_worker)
+fi
+for path in "${SUITES[@]}"; do
+  [ -e "$REPO/$path" ] || { echo "h200_pdl_check.sh: no $path under $REPO (TEST_PATHs are relative to the repository root)" >&2; exit 2; }
+done
 mkdir -p "$OUT"
 export TRITON_DEFAULT_FP_FUSION=1 PYTHONUNBUFFERED=1
 SUPPORT=$REPO/tests/_support
@@ -28,7 +38,7 @@ else
 fi
 tail -3 "$OUT/break_check.txt"
 PYTHONPATH=$REPO/engine_patches/ddtree_engine/src:$SUPPORT DDTREE_PDL=1 python3 -m pytest -v -rfE -p no:cacheprovider \
-  -n "$WORKERS" "$REPO/tests/ddtree_engine/kernels" "$REPO/tests/ddtree_engine/sglang_worker" > "$OUT/suite_pdl.txt" 2>&1
+  -n "$WORKERS" "${SUITES[@]/#/$REPO/}" > "$OUT/suite_pdl.txt" 2>&1
 echo "suite with DDTREE_PDL=1: pytest exit $?"
 grep -c " PASSED " "$OUT/suite_pdl.txt" | sed 's/^/passed: /'
 grep -E " (FAILED|ERROR) " "$OUT/suite_pdl.txt" | head -20

@@ -29,9 +29,11 @@ ENV = "DDTREE_PDL"
 # Off by default. Measured on the H200 on 2026-12-05 (benchmarks/results/bench_tree_step_20261205_030749.*): the
 # graphed step 2.1-2.9 us faster at every budget (budget 15 25.7 against 27.8 us, 256 48.9 against 51.8), the same
 # arrays as plain launches on 4 shapes x 24 graph replays (test_gdc.py), and in SGLang the lab pair's DDTREE 15/8
-# with CUDA graphs token-identical to AR on 8 of 8 prompts (sglang_h200_wide_2026-12-05.json). Still to run with
-# it before it becomes the default: the whole GPU kernel suite and its break-check (benchmarks/h200_pdl_check.sh) and
-# SGLang at the threshold budgets (benchmarks/sglang_h200/plans.py wide, 128/8 with DDTREE_PDL=1).
+# with CUDA graphs token-identical to AR on 8 of 8 prompts (sglang_h200_wide_2026-12-05.json). On an H100 the same
+# day: the break-check caught (benchmarks/h200_pdl_check.sh), the kernel and SGLang-worker suites with DDTREE_PDL=1
+# failed nothing but were cut by the calls' limits, and SGLang's DDTREE 128/8 with graphs and PDL equalled AR on 8
+# of 8 (sglang_h100_wide128_2026-12-05.json). Still to run with it before it becomes the default: test_tree_build.py
+# whole in one run (two cut runs passed >= 490 and 479 of its 495).
 DEFAULT = False
 # The words of the engine's on/off switches (sglang_plugin/prep.env_switch; ddtree_ops/knowledge/engine_env.yaml).
 _ON, _OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
