@@ -11,7 +11,7 @@ from ..exceptions import ConfigError
 from ..service import server_info
 from ..service.client import base_url
 from .gate import GateTarget
-from .units import UnitSpec, api_key_line, unit_spec
+from .units import UnitSpec, api_key_line, env_file_values, unit_spec
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,24 @@ def _width_warning(service: Service, block_size: int) -> str | None:
         f"the linear baseline verifies {block_size} tokens per step and the tree {width}, so the tree costs a "
         f"different verify width than the linear baseline, so the comparison is not at equal cost "
         f"(use --budget {block_size - 1} for equal cost)"
+    )
+
+
+# From this budget on a first start on a hybrid target compiles SGLang's tree causal-conv1d update for minutes: it
+# unrolls a loop over one request's verify rows (H100, 2026-12-05, benchmarks/results/sglang_h100_wide*_2026-12-05.json:
+# 166 s at budget 128, not done after 400 s at 256).
+WIDE_COMPILE_BUDGET = 128
+
+
+def _first_start_warning(service: Service, health_timeout_s: float) -> str | None:
+    if service.budget < WIDE_COMPILE_BUDGET:
+        return None
+    return (
+        f"service {service.name!r}: at budget {service.budget} ({service.budget + 1} verify rows a request) the first "
+        f"start on a hybrid (Gated-DeltaNet) target compiles SGLang's tree causal-conv1d update for minutes (on an H100 "
+        f"166 s at budget 128, over 400 s at 256), inside deploy's wait of deploy.health_timeout_s = "
+        f"{health_timeout_s:g}s for /health: raise it for the first deploy on a host if the gate times out; later starts "
+        f"reuse the compiled kernels ({env_file_values(service)['TRITON_CACHE_DIR']})"
     )
 
 
@@ -146,6 +164,10 @@ def plan_deploy(
 
     if project.engine.backend == "sglang":
         warnings += _shared_gpu_warnings(project, selected_hosts, list(overridden.values()))
+        for service in overridden.values():
+            warning = service.algorithm == "ddtree" and _first_start_warning(service, project.deploy.health_timeout_s)
+            if warning:
+                warnings.append(warning)
 
     host_plans: list[HostPlan] = []
     for host in selected_hosts:

@@ -84,6 +84,18 @@ def test_verify_width_differing_from_block_size_warns_and_explains_the_cost():
     assert "not at equal cost" in warning and "--budget 15" in warning
 
 
+def test_a_threshold_budget_on_sglang_warns_that_the_first_start_compiles_for_minutes():
+    doc = project_doc()
+    doc["engine"] = {**doc["engine"], "backend": "sglang", "target": "/models/t", "draft": "/models/d"}
+    assert not [w for w in plan_deploy(parse_project(doc), budget=127).warnings if "first start" in w]
+    (warning,) = [w for w in plan_deploy(parse_project(doc), budget=128).warnings if "first start" in w]
+    assert "service 'tree': at budget 128 (129 verify rows a request)" in warning
+    assert "deploy.health_timeout_s = 900s" in warning and "/var/cache/ddtree/tree/triton" in warning
+    # The reference backend never runs SGLang's kernels.
+    reference = {**doc, "engine": {**doc["engine"], "backend": "reference"}}
+    assert not [w for w in plan_deploy(parse_project(reference), budget=256).warnings if "first start" in w]
+
+
 def test_selection_by_service_and_host_keeps_project_order():
     plan = plan_deploy(parse_project(project_doc()), services=["tree"], hosts=["h2"])
     assert [h.host for h in plan.hosts] == ["h2"]
