@@ -177,7 +177,8 @@ def rollback(ctx, services_, hosts, lock_timeout, json_):
 def undeploy(ctx, services_, hosts, all_, yes, lock_timeout, json_):
     """Stop, disable and remove services from hosts, one host at a time.
 
-    Their releases stay on disk, and so does the engine env (or image). A service no longer in
+    Their releases stay on disk, and so do the engine env (or image) and the service's kernel
+    cache (/var/cache/ddtree/<service>, reused if it is deployed again). A service no longer in
     the project file can be named with --services: it is removed wherever it is found. Without
     --services or --hosts it removes everything, so it needs --all, or a "y" at the prompt (on a
     terminal), or --yes. Running it again says there was nothing to remove.

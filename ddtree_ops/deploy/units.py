@@ -103,8 +103,9 @@ def container_run_args(service: Service, host: Host, engine: Engine, env_names: 
     environment passes through by name from the unit (`-e NAME`, the values stay in the 0600 env
     file, out of the command line); GPUs by UUID like the venv units (all of them when the service
     pins none and the host lists GPUs or runs the sglang backend); model directories are mounted
-    read-only at the same paths, the service's cache directory read-write. The image's entrypoint is `ddtree-engine`; an sglang service runs
-    the image's env Python instead, with the same arguments as its venv unit.
+    read-only at the same paths, the service's cache directory read-write. The image's entrypoint is
+    `ddtree-engine`; an sglang service runs the image's env Python instead, with the same arguments as
+    its venv unit.
     """
     args = ["--network", "host", "--init"]
     if engine.backend != "reference":
