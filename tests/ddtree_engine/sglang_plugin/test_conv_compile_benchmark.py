@@ -1,0 +1,40 @@
+"""benchmarks/sglang_conv_compile.py against the pinned sglang wheel, on the CPU.
+
+The script compiles SGLang's tree causal-conv1d update for sm_90 with the constants its launcher passes, to
+show what a DDTREE start at a wide budget spends compiling (README, deploy's first-start warning). It means
+something only while it compiles the kernel SGLang runs: the kernel's parameters are the ones it knows, the
+tree path is in the code it compiles, and that code grows with the rows, the loop being unrolled over them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks/sglang_conv_compile.py"
+
+
+def run(*rows: str) -> subprocess.CompletedProcess:
+    # Its own process: tests/ddtree_engine/conftest.py imported Triton here with TRITON_INTERPRET=1.
+    env = dict(os.environ, TRITON_DEFAULT_FP_FUSION="1")
+    return subprocess.run([sys.executable, str(SCRIPT), *rows], capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_the_tree_conv_update_compiles_for_sm90_and_grows_with_the_rows():
+    proc = run("--chain", "4", "16")
+    assert proc.returncode == 0, proc.stderr
+    assert "sglang 0.5.23" in proc.stdout
+    lines = {(int(r), path): int(n) for r, path, n in re.findall(r"rows +(\d+) \(budget +\d+\) (tree|chain).* (\d+) PTX lines", proc.stdout)}
+    assert set(lines) == {(4, "tree"), (4, "chain"), (16, "tree"), (16, "chain")}, proc.stdout
+    # Unrolled: four times the rows is about four times the code (6,435 PTX lines at 16 with Triton 3.9) ...
+    assert lines[16, "tree"] > 2.5 * lines[4, "tree"]
+    # ... and the tree path (parent links, one reduction over all rows per row) is what makes it large.
+    assert lines[16, "tree"] > 2 * lines[16, "chain"]
+
+
+def test_the_script_refuses_rows_below_one():
+    proc = run("0")
+    assert proc.returncode == 2 and "rows must be >= 1" in proc.stderr
