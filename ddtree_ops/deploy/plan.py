@@ -161,13 +161,13 @@ def plan_deploy(
                 f"service {service.name!r}: topk {service.topk} > budget {service.budget}: "
                 f"at most {max(service.budget, 1)} candidates per depth can be used"
             )
+        if project.engine.backend == "sglang":
+            warning = _first_start_warning(service, project.deploy.health_timeout_s)
+            if warning:
+                warnings.append(warning)
 
     if project.engine.backend == "sglang":
         warnings += _shared_gpu_warnings(project, selected_hosts, list(overridden.values()))
-        for service in overridden.values():
-            warning = service.algorithm == "ddtree" and _first_start_warning(service, project.deploy.health_timeout_s)
-            if warning:
-                warnings.append(warning)
 
     host_plans: list[HostPlan] = []
     for host in selected_hosts:
