@@ -10,10 +10,11 @@ starting at once). Deploy keeps each service's Triton cache (deploy/units.py def
 
 This script compiles that kernel for sm_90 (Triton's own ptxas; no driver) with the constants SGLang's launcher
 passes for a bf16 conv of 8,192 channels, width 4, 256 channels a program, and prints the seconds and PTX lines
-per row count (with --chain, the kernel's chain path beside it). Run it with the sglang environment's Python
+per row count (with --chain, the kernel's chain path beside it; with --ddtree, the engine's replacement,
+kernels/tree_conv_update, whose code does not grow with the rows). Run it with the sglang environment's Python
 (it imports sglang and its Triton):
 
-    TRITON_DEFAULT_FP_FUSION=1 .venv-sglang/bin/python benchmarks/sglang_conv_compile.py 16 32 64 129 257
+    TRITON_DEFAULT_FP_FUSION=1 .venv-sglang/bin/python benchmarks/sglang_conv_compile.py --ddtree 16 32 64 129 257
 """
 
 from __future__ import annotations
@@ -73,11 +74,33 @@ def compile_seconds(rows: int, tree: bool = True) -> tuple[float, int]:
     return time.perf_counter() - start, compiled.asm["ptx"].count("\n")
 
 
+def ddtree_compile_seconds(rows: int, width: int = 4) -> tuple[float, int]:
+    """The same for kernels/tree_conv_update, with the constants its launcher passes for that call (bf16 x and state,
+    no bias, the windows kept, cache lines indexed). None of them depends on the rows (kernel.constexprs), so every
+    width compiles the same code: compiled again here at each all the same, to show it."""
+    from ddtree_engine.kernels.tree_conv_update.kernel import _tree_conv_update_kernel as kernel
+    from ddtree_engine.kernels.tree_conv_update.kernel import constexprs
+
+    del rows
+    cs = {**constexprs(width, has_bias=False, silu=True, has_indices=True, save_intermediate=True, mixed=False),
+          "GDC": False}
+    pointers = {"nt_ptr": "*i64", "ns_ptr": "*i64", "par_ptr": "*i64", "scratch_ptr": "*i32", "state_idx_ptr": "*i32",
+                "inter_idx_ptr": "*i32"}
+    params = list(inspect.signature(kernel.fn).parameters)
+    signature = {p: "constexpr" if p in cs else pointers.get(p, "*bf16" if p.endswith("_ptr") else "i32") for p in params}
+    start = time.perf_counter()
+    compiled = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=cs),
+                              target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    return time.perf_counter() - start, compiled.asm["ptx"].count("\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("rows", nargs="+", type=int, help="verify rows a request (DDTREE: budget + 1)")
     parser.add_argument("--chain", action="store_true",
                         help="also compile the kernel's chain path (a DFLASH verify, or DDTREE at topk 1) at each row count")
+    parser.add_argument("--ddtree", action="store_true",
+                        help="also compile the engine's kernels/tree_conv_update (the same arrays) at each row count")
     args = parser.parse_args(argv)
     if any(r < 1 for r in args.rows):
         parser.error("rows must be >= 1")
@@ -89,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
             seconds, lines = compile_seconds(rows, tree=tree)
             print(f"rows {rows:4d} (budget {rows - 1:3d}) {'tree ' if tree else 'chain'}: compile {seconds:6.1f} s, "
                   f"{lines} PTX lines", flush=True)
+        if args.ddtree:
+            seconds, lines = ddtree_compile_seconds(rows)
+            print(f"rows {rows:4d} (budget {rows - 1:3d}) ddtree: compile {seconds:6.1f} s, {lines} PTX lines", flush=True)
     return 0
 
 
