@@ -12,6 +12,9 @@ cost-graph (step_cost.py): DDTREE with CUDA graphs (ddtree-graph-B-K) beside DFL
 wide (lossless.py): the lab pair at DDTREE 128/8 and 256/8 (the threshold build) with CUDA graphs (at most
   2,048 verify rows a step), 128/8 eager, and 128/8 and 15/8 with graphs and programmatic dependent launch (DDTREE_PDL=1),
   against AR.
+treeconv (lossless.py): DDTREE_SGLANG_TREE_CONV=1 (the engine's tree conv in SGLang's hybrid verify) on the lab
+  pair at 15/8 with graphs, eager and batched, and at 128/8 and 256/8 with graphs, each against AR. Not yet run:
+  what the next device session runs first (2026-12-05), beside SCRIPT=conv_kernel (conv_verify_kernel.py).
 rerun RESULTS_JSON: the grid's configurations that did not finish there, with each pair's AR again.
 q3-rest (lossless.py): the q3 pair's grid past what the 2026-12-01 run reached (it stopped after 8/1).
 graph+q3 (lossless.py): graph and q3-rest in one run (the lab pair's graphed DDTREE after a worker change, and
@@ -196,6 +199,23 @@ def wide():
     return [{**c, "timeout": 480} for c in plan]
 
 
+def treeconv():
+    """DDTREE's hybrid verify conv through the engine's kernel (DDTREE_SGLANG_TREE_CONV=1, sglang_plugin/tree_conv.py)
+    on the lab pair (a qwen3_5_text hybrid), each against AR: 15/8 with CUDA graphs and eager, the 8 prompts batched
+    with graphs (cache lines of several requests), and 128/8 and 256/8 with graphs, whose first start compiles
+    SGLang's tree conv for minutes without the switch (wide()); what the switch must show before it becomes the
+    default. One call: AR, then the six at PAR=3 or more."""
+    graphs_on = {"extra": {"disable_cuda_graph": False}}
+    conv = {"env": {"DDTREE_SGLANG_TREE_CONV": "1"}}
+    return [{"label": "lab ar", "pair": "lab"},
+            {"label": "lab ar batch", "pair": "lab", "batch": True},
+            ddtree("lab ddtree 15/8 graph treeconv", "lab", 15, 8, trace=True, **conv, **graphs_on),
+            ddtree("lab ddtree 15/8 treeconv", "lab", 15, 8, **conv),
+            ddtree("lab ddtree 15/8 graph batch treeconv", "lab", 15, 8, batch=True, **conv, **graphs_on),
+            ddtree("lab ddtree 128/8 graph treeconv", "lab", 128, 8, timeout=400, **conv, **graphs_on),
+            ddtree("lab ddtree 256/8 graph treeconv", "lab", 256, 8, timeout=400, **conv, **graphs_on)]
+
+
 def rerun(results_json):
     """The grid's configurations that did not finish in RESULTS_JSON, plus each pair's AR (the reference)."""
     done = {r["label"] for r in json.load(open(results_json)) if r.get("rc") == 0 and "res" in r}
@@ -206,5 +226,6 @@ if __name__ == "__main__":
     plans = {"grid": grid, "cost": cost, "graph": graph, "cost-graph": cost_graph, "rerun": rerun,
              "q3-rest": q3_rest, "cost-rest": cost_rest, "graph+q3": lambda: graph() + q3_rest(),
              "cost-prep": cost_prep, "cost-now": cost_now, "cost-rounds": cost_rounds, "draftgraph": draftgraph,
-             "cost-draftgraph": cost_draftgraph, "cost-host": cost_host, "batch": batch, "next": lambda: graph() + batch() + fit(), "fit": fit, "wide": wide}
+             "cost-draftgraph": cost_draftgraph, "cost-host": cost_host, "batch": batch, "next": lambda: graph() + batch() + fit(), "fit": fit, "wide": wide,
+             "treeconv": treeconv}
     print(json.dumps(plans[sys.argv[1]](*sys.argv[2:])))

@@ -6,6 +6,7 @@
 # BUNDLE_DIR: the shared recipe's bundle, or that bundle packed by pack-bundle.sh (what fits a device call).
 #   SCRIPT=step_cost bash benchmarks/sglang_h200/run.sh BUNDLE_DIR OUT_DIR 'GROUPS_JSON'   (step_cost.py)
 #   SCRIPT=gdn_kernel bash benchmarks/sglang_h200/run.sh BUNDLE_DIR OUT_DIR '{}'          (gdn_verify_kernel.py)
+#   SCRIPT=conv_kernel bash benchmarks/sglang_h200/run.sh BUNDLE_DIR OUT_DIR '{}'         (conv_verify_kernel.py)
 # CONFIGS_JSON: [{"label": "lab ar", "pair": "lab"},
 #                {"label": "lab ddtree 15/8", "pair": "lab", "algo": "DDTREE",
 #                 "ddt": {"speculative_ddtree_budget": 15, "speculative_ddtree_topk": 8}}, ...]
@@ -42,7 +43,10 @@ rm -rf $M/lab && mkdir -p $M/lab
 cp -r "$REPO/engine_patches/ddtree_engine/src/ddtree_engine/lab_models/target" "$REPO/engine_patches/ddtree_engine/src/ddtree_engine/lab_models/draft" $M/lab/
 cp "$HERE/lab_prompts.json" $M/lab_prompts.json   # the compare prompts (builtin + 3 held-out), chat-templated
 cp -r "$HERE/configs/." $M/   # the dummy-weight models (configs only): step cost, and the budget that does not fit
-if [ "${SCRIPT:-lossless}" = gdn_kernel ]; then
+if [ "${SCRIPT:-lossless}" = conv_kernel ]; then
+  # SGLang's tree conv update against the engine's (DDTREE_SGLANG_TREE_CONV), and the chain conv.
+  python3 "$HERE/conv_verify_kernel.py" "$OUT"
+elif [ "${SCRIPT:-lossless}" = gdn_kernel ]; then
   # SGLang's tree-verify gated-delta kernel: stock, with the parent reload skipped, and chain (DFLASH's).
   python3 "$HERE/gdn_verify_kernel.py" "$OUT"
 elif [ "${SCRIPT:-lossless}" = step_cost ]; then

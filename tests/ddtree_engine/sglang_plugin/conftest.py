@@ -90,3 +90,25 @@ def resolve_registered(parse):
         return record
 
     return _resolve
+
+
+@pytest.fixture
+def interpreter_bool_masks():
+    """SGLang's kernel ANDs a loaded index's comparison with a vector mask; Triton 3.9's interpreter makes that an
+    int64 array its load then refuses ('mask has unsupported dtype'). Cast such masks to bool (what a GPU does)."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        yield
+        return
+    import numpy as np
+    from triton.runtime import interpreter
+
+    original = interpreter.InterpreterBuilder.create_masked_load
+
+    def load(self, ptrs, mask, other, cache_policy, is_volatile):
+        if mask.data.dtype != np.bool_:
+            mask = interpreter.TensorHandle(mask.data.astype(np.bool_), mask.dtype)
+        return original(self, ptrs, mask, other, cache_policy, is_volatile)
+
+    interpreter.InterpreterBuilder.create_masked_load = load
+    yield
+    interpreter.InterpreterBuilder.create_masked_load = original

@@ -91,6 +91,11 @@ def test_a_threshold_budget_on_sglang_warns_that_the_first_start_compiles_for_mi
     (warning,) = [w for w in plan_deploy(parse_project(doc), budget=128).warnings if "first start" in w]
     assert "service 'tree': at budget 128 (129 verify rows a request)" in warning
     assert "deploy.health_timeout_s = 900s" in warning and "/var/cache/ddtree/tree/triton" in warning
+    assert "DDTREE_SGLANG_TREE_CONV: \"1\" in the service's env" in warning
+    # With the engine's tree conv switched on, SGLang's is not compiled: no warning.
+    switched = {**doc, "services": [dict(s, env={"DDTREE_SGLANG_TREE_CONV": "on"}) if s["name"] == "tree" else s
+                                    for s in doc["services"]]}
+    assert not [w for w in plan_deploy(parse_project(switched), budget=256).warnings if "first start" in w]
     # The reference backend never runs SGLang's kernels.
     reference = {**doc, "engine": {**doc["engine"], "backend": "reference"}}
     assert not [w for w in plan_deploy(parse_project(reference), budget=256).warnings if "first start" in w]

@@ -64,7 +64,7 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang.srt.speculative.spec_utils import draft_pp_context, draft_tp_context
 
 from ..kernels.tree_step import TreeStep
-from . import graph_runner
+from . import graph_runner, tree_conv
 from .commit import flattened_links
 from .memory import GdnShape, describe, describe_tree_step
 from .metrics import StepMetrics
@@ -154,12 +154,15 @@ class DDTreeWorker(DFlashWorkerV2):
         # The target's verify graphs, when SGLang captures them (after this constructor), carry
         # the tree mask (graph_runner.py); the verify pads its rows to their width (padding.py).
         graph_runner.install(self.target_worker.model_runner)
+        # DDTREE_SGLANG_TREE_CONV=1: the hybrid verify's tree conv through the engine's kernel (tree_conv.py).
+        self._tree_conv = tree_conv.install()
         self._log_memory()
         logger.info(
             "DDTREE worker: block %d (depths %d), budget %d -> %d tree nodes (verify width %d), topk %d, "
-            "spine %d, hybrid mode %s, mamba commit %s",
+            "spine %d, hybrid mode %s, mamba commit %s, tree conv %s",
             self.block_size, self.depths, self.budget, self.nodes, self.verify_width, self.topk,
             self.spine_depth, self.hybrid_mode, self._need_mamba_verify_commit,
+            "kernels/tree_conv_update" if self._tree_conv else "SGLang's",
         )
 
     def check_supported(self) -> None:

@@ -1,0 +1,84 @@
+"""DDTREE's hybrid verify conv through the engine's kernel instead of SGLang's tree path (opt-in).
+
+SGLang 0.5.23's Gated-DeltaNet backend (`gdn_backend`) runs every target-verify conv through
+`causal_conv1d_update`, whose tree path (`retrieve_next_token` given) unrolls a loop over one request's
+verify rows: minutes of compile at budget >= 128 on a hybrid target's first start, one compile per width
+(benchmarks/sglang_conv_compile.py). `install()` replaces the name in `gdn_backend` with `router(original)`,
+which sends the tree calls to kernels/tree_conv_update (the same arrays, bit for bit against SGLang's kernel
+in tests/ddtree_engine/sglang_plugin/test_tree_conv_update.py; one compile for every width) and every other
+call, unchanged, to SGLang's.
+
+Off by default: `DDTREE_SGLANG_TREE_CONV=1` turns it on for a DDTREE server (the worker installs it in the
+process that runs the target). It becomes the default once a GPU run shows DDTREE's outputs equal to AR's
+with it in SGLang (benchmarks/sglang_h200/plans.py treeconv).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+
+from .prep import env_switch
+
+logger = logging.getLogger(__name__)
+
+ENV = "DDTREE_SGLANG_TREE_CONV"
+TARGET = ("sglang.srt.layers.attention.linear.gdn_backend", "causal_conv1d_update")
+
+
+def enabled() -> bool:
+    """Whether DDTREE_SGLANG_TREE_CONV is on (off unless 1/true/yes/on)."""
+    return env_switch(ENV, default=False)
+
+
+def router(original):
+    """`original` (SGLang's causal_conv1d_update) with its tree calls served by kernels/tree_conv_update.
+
+    A tree call: `retrieve_next_token` given, no circular buffer (`cache_seqlens`) and no
+    `num_accept_tokens` (SGLang's verify passes neither), x [batch, dim, rows]. `routed.engine_calls`
+    counts the calls the engine's kernel served.
+    """
+    from ..kernels.tree_conv_update import tree_conv_update
+
+    try:
+        from sglang.kernels.ops.mamba.causal_conv1d_triton import PAD_SLOT_ID, is_arch_support_pdl
+    except ImportError:  # a release that moved them: the version check refuses it before this runs
+        PAD_SLOT_ID, is_arch_support_pdl = -1, lambda: False
+
+    def routed(x, conv_state, weight, bias=None, activation=None, cache_seqlens=None, conv_state_indices=None,
+               num_accept_tokens=None, intermediate_conv_window=None, intermediate_state_indices=None,
+               retrieve_next_token=None, retrieve_next_sibling=None, retrieve_parent_token=None,
+               pad_slot_id=PAD_SLOT_ID, metadata=None, validate_data=False):
+        tree = (retrieve_next_token is not None and retrieve_next_sibling is not None
+                and retrieve_parent_token is not None and cache_seqlens is None and num_accept_tokens is None
+                and x.dim() == 3)
+        if not tree:
+            return original(x, conv_state, weight, bias, activation, cache_seqlens, conv_state_indices,
+                            num_accept_tokens, intermediate_conv_window, intermediate_state_indices,
+                            retrieve_next_token, retrieve_next_sibling, retrieve_parent_token, pad_slot_id,
+                            metadata, validate_data)
+        routed.engine_calls += 1
+        silu = activation is True or activation in ("silu", "swish")
+        return tree_conv_update(x, conv_state, weight, bias, silu, conv_state_indices, intermediate_conv_window,
+                                intermediate_state_indices, retrieve_next_token, retrieve_next_sibling,
+                                retrieve_parent_token, pad_slot_id, pdl=x.is_cuda and bool(is_arch_support_pdl()))
+
+    routed.engine_calls = 0
+    routed.original = original
+    return routed
+
+
+def install() -> bool:
+    """Route `gdn_backend`'s tree verify conv through the engine's kernel in this process (once).
+
+    Returns:
+        True when installed by this call or before, False when the switch is off.
+    """
+    if not enabled():
+        return False
+    module = importlib.import_module(TARGET[0])
+    current = getattr(module, TARGET[1])
+    if getattr(current, "original", None) is None:
+        setattr(module, TARGET[1], router(current))
+        logger.info("DDTREE: the hybrid verify's tree conv runs kernels/tree_conv_update (%s=1)", ENV)
+    return True

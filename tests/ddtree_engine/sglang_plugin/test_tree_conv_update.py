@@ -1,0 +1,179 @@
+"""kernels/tree_conv_update against SGLang 0.5.23's own tree conv update, and the plugin's router to it.
+
+SGLang's `causal_conv1d_update` (its Triton kernel, tree path) and the engine's kernel run on the same inputs:
+trees with parents before children and pad rows without links, as DDTREE lays them out, several requests with their cache lines
+and intermediate-window lines, a pad slot; every array SGLang writes must come out the same, bit for bit:
+the outputs, the cache lines' conv state, every row's window, the parents. On a CPU host both kernels run in
+Triton's interpreter (tests/ddtree_engine/conftest.py), in fp32 and fp16: the interpreter rounds fp32 to bf16
+wrongly when it stores (both kernels' bf16 outputs come out as the same wrong numbers), so bf16 is for the GPU.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+
+import pytest
+import torch
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.fixture(autouse=True)
+def _bool_masks(interpreter_bool_masks):
+    """SGLang's kernel runs in Triton's interpreter here only with its masks cast to bool (conftest.py)."""
+
+
+def _tree(rows: int, nodes: int, rng: random.Random, fan: int) -> tuple[list[int], list[int]]:
+    """Links of a random tree of `nodes` rows, parents before children (DDTREE's depth-major rows are one such
+    order), padded to `rows` as the plugin pads (pad rows: no links, nobody's child)."""
+    from ddtree_engine.kernels.tree_mask.reference import compile_tree_arrays
+
+    parents = [-1] + [rng.randrange(max(0, i - fan), i) for i in range(1, nodes)]
+    padded = torch.tensor(parents + [-1] * (rows - nodes))
+    _, _, _, first, sibling = compile_tree_arrays(padded, torch.zeros(rows, dtype=torch.long), nodes, 0)
+    return first.tolist(), sibling.tolist()
+
+
+def inputs(batch, rows, channels, width, dtype, seed, *, fan=4, pad_slot_at=None):
+    rng = random.Random(seed)
+    g = torch.Generator().manual_seed(seed)
+    lines = batch + 3
+    links = [_tree(rows, rng.randint(1, rows), rng, fan) for _ in range(batch)]
+    rnd = lambda *shape: torch.randn(*shape, generator=g).to(dtype)  # noqa: E731
+    state_lines = torch.tensor(rng.sample(range(lines), batch), dtype=torch.int32)
+    if pad_slot_at is not None:
+        state_lines[pad_slot_at] = -1
+    return dict(
+        x=rnd(batch, rows, channels).transpose(1, 2),  # the GDN backend's transposed view
+        conv_state=rnd(lines, width - 1, channels).transpose(1, 2),  # SGLang's pool: channels contiguous
+        weight=rnd(channels, width),
+        bias=rnd(channels),
+        activation="silu",
+        conv_state_indices=state_lines,
+        intermediate_conv_window=torch.zeros(lines, rows, channels, width - 1, dtype=dtype),
+        intermediate_state_indices=torch.tensor(rng.sample(range(lines), batch), dtype=torch.int32),
+        retrieve_next_token=torch.tensor([f for f, _ in links], dtype=torch.long),
+        retrieve_next_sibling=torch.tensor([s for _, s in links], dtype=torch.long),
+        retrieve_parent_token=torch.full((batch, rows), -7, dtype=torch.long),
+    )
+
+
+def call(fn, args):
+    """fn on copies of args on DEVICE (strides kept: clone and .to preserve them); the arrays SGLang writes."""
+    mine = {k: (v.clone().to(DEVICE) if isinstance(v, torch.Tensor) else v) for k, v in args.items()}
+    out = fn(**mine)
+    written = (out, mine["conv_state"], mine["intermediate_conv_window"], mine.get("retrieve_parent_token", out))
+    return [t.cpu() for t in written]
+
+
+def sglang_update():
+    from sglang.kernels.ops.mamba.causal_conv1d_triton import causal_conv1d_update
+
+    return causal_conv1d_update
+
+
+def engine_update(**kw):
+    from ddtree_engine.kernels.tree_conv_update.kernel import tree_conv_update
+
+    activation = kw.pop("activation")
+    return tree_conv_update(silu=activation == "silu", **kw)
+
+
+def assert_identical(ours, theirs, skip=()):
+    keep = [b for b in range(ours[0].shape[0]) if b not in skip]
+    for name, a, b in zip(("out", "conv_state", "windows", "parents"), ours, theirs):
+        if name in ("out", "parents"):
+            a, b = a[keep], b[keep]
+        assert torch.equal(a, b), f"{name}: max |diff| {(a.double() - b.double()).abs().max()}"
+
+
+DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else [])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("width", [2, 3, 4])
+@pytest.mark.parametrize("rows", [1, 2, 5, 16, 33])
+def test_the_engine_kernel_writes_sglangs_arrays_bit_for_bit(rows, width, dtype):
+    args = inputs(3, rows, 40, width, dtype, seed=rows * 10 + width, pad_slot_at=1)
+    assert_identical(call(engine_update, args), call(sglang_update(), args), skip=(1,))
+
+
+def test_a_state_pool_in_another_dtype_than_x():
+    """x fp16, the conv-state pool and windows fp32: each tap's product in its own dtype, as SGLang's branches."""
+    args = inputs(2, 17, 24, 4, torch.float16, seed=11)
+    args["conv_state"] = args["conv_state"].float()
+    args["intermediate_conv_window"] = args["intermediate_conv_window"].float()
+    assert_identical(call(engine_update, args), call(sglang_update(), args))
+
+
+@pytest.mark.parametrize("fan", [1, 8, 40])
+def test_wide_trees_chains_and_fans_at_budget_128(fan):
+    """129 rows (budget 128): a chain (fan 1), topk-8-like fans, and 40-wide sibling chains."""
+    args = inputs(2, 129, 24, 4, torch.float32, seed=fan, fan=fan)
+    assert_identical(call(engine_update, args), call(sglang_update(), args))
+
+
+def test_the_router_sends_tree_calls_to_the_engine_and_the_rest_to_sglang(sglang_plugin, monkeypatch):
+    from ddtree_engine.sglang_plugin import tree_conv
+
+    monkeypatch.setenv("DDTREE_KERNELS", "triton")  # the kernel, not the CPU's reference (kernels/dispatch.py)
+    original = sglang_update()
+    routed = tree_conv.router(original)
+    # SGLang's GDN backend calls it by these names: the router takes them all, in SGLang's order.
+    assert list(inspect.signature(routed).parameters) == list(inspect.signature(original).parameters)
+
+    args = inputs(2, 17, 24, 4, torch.float32, seed=1)
+    assert_identical(call(routed, args), call(original, args))
+    assert routed.engine_calls == 1
+    # A chain verify (DFLASH, or DDTREE's unsafe mode): no links, SGLang's kernel serves it.
+    chain = {k: v for k, v in args.items() if not k.startswith("retrieve_")}
+    assert_identical(call(routed, chain)[:3], call(original, chain)[:3])
+    assert routed.engine_calls == 1
+
+
+def test_install_follows_the_switch_and_wraps_once(sglang_plugin, monkeypatch):
+    """install() on a stand-in for gdn_backend (which imports torchvision, absent on this CPU host)."""
+    import sys
+    import types
+
+    from ddtree_engine.sglang_plugin import tree_conv
+
+    module = types.ModuleType("gdn_backend_stand_in")
+    module.causal_conv1d_update = sglang_update()
+    monkeypatch.setitem(sys.modules, "gdn_backend_stand_in", module)
+    monkeypatch.setattr(tree_conv, "TARGET", ("gdn_backend_stand_in", "causal_conv1d_update"))
+    monkeypatch.delenv(tree_conv.ENV, raising=False)
+    assert tree_conv.install() is False and module.causal_conv1d_update is sglang_update()
+    monkeypatch.setenv(tree_conv.ENV, "1")
+    assert tree_conv.install() is True and tree_conv.install() is True
+    assert module.causal_conv1d_update.original is sglang_update()
+
+
+def test_the_patched_name_is_what_sglangs_gdn_backend_calls_in_target_verify():
+    """gdn_backend itself does not import here (torchvision): read its source for the import and the tree call."""
+    import importlib.util
+
+    from ddtree_engine.sglang_plugin import tree_conv
+
+    spec = importlib.util.find_spec(tree_conv.TARGET[0])
+    source = open(spec.origin).read()
+    assert "from sglang.kernels.ops.mamba.causal_conv1d_triton import (" in source
+    assert f"    {tree_conv.TARGET[1]},\n" in source.split("from sglang.kernels.ops.mamba.causal_conv1d_triton import (")[1].split(")")[0]
+    verify = source.split("if is_target_verify:\n            batch_size")[1].split("else:")[0]
+    assert f"{tree_conv.TARGET[1]}(" in verify and "retrieve_parent_token=retrieve_parent_token" in verify
+
+
+def test_the_gpu_benchmark_script_checks_the_engine_against_sglang(tmp_path):
+    """benchmarks/sglang_h200/conv_verify_kernel.py --smoke: its comparison, small and in the interpreter here."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "benchmarks/sglang_h200/conv_verify_kernel.py"
+    spec = importlib.util.spec_from_file_location("conv_verify_kernel", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(str(tmp_path), smoke=DEVICE == "cpu") == 0
+    report = json.loads((tmp_path / "conv_verify_kernel.json").read_text())
+    assert report["mismatches"] == []
