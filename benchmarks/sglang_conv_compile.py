@@ -82,7 +82,7 @@ def ddtree_compile_seconds(rows: int, width: int = 4) -> tuple[float, int]:
     from ddtree_engine.kernels.tree_conv_update.kernel import constexprs
 
     del rows
-    cs = {**constexprs(width, has_bias=False, silu=True, has_indices=True, save_intermediate=True, mixed=False),
+    cs = {**constexprs(width, has_bias=False, silu=True, has_indices=True, save_intermediate=True),
           "GDC": False}
     pointers = {"nt_ptr": "*i64", "ns_ptr": "*i64", "par_ptr": "*i64", "scratch_ptr": "*i32", "state_idx_ptr": "*i32",
                 "inter_idx_ptr": "*i32"}

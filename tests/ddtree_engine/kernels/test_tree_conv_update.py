@@ -90,30 +90,27 @@ def case(trees: list[list[int]], rows: int, channels: int, width: int, dtype, se
     return args
 
 
-def run_both(args: dict, skip=()):
+def run_both(args: dict):
     """(reference's arrays, kernel's arrays): out, conv_state, windows, parents, each side on its own copies."""
     results = []
     for side, device in ((reference, "cpu"), (kernel, DEVICE)):
         mine = {k: (v.clone().to(device) if isinstance(v, torch.Tensor) else v) for k, v in args.items()}
-        if device == "cpu" and side is kernel:
-            mine["x"] = args["x"].clone()  # keep the transposed strides
-            mine["conv_state"] = args["conv_state"].clone()
         out = side.tree_conv_update(**mine)
         arrays = [out, mine["conv_state"], mine["intermediate_conv_window"], mine["retrieve_parent_token"]]
-        keep = [b for b in range(out.shape[0]) if b not in skip]
-        results.append([a[keep].cpu() if a is not None and i in (0, 3) else (a.cpu() if a is not None else None)
-                        for i, a in enumerate(arrays)])
+        results.append([a.cpu() if a is not None else None for a in arrays])
     return results
 
 
-def assert_same(ref, got, dtype):
+def assert_same(ref, got, dtype, skip=()):
+    """Equal arrays; the requests in `skip` (pad slots) have no outputs or parents to compare."""
+    keep = [b for b in range(ref[0].shape[0]) if b not in skip]
     out_ref, state_ref, win_ref, par_ref = ref
     out, state, win, par = got
     tol = 1e-6 if dtype == torch.float32 else 1e-2
-    torch.testing.assert_close(out.float(), out_ref.float(), rtol=tol, atol=tol)
+    torch.testing.assert_close(out[keep].float(), out_ref[keep].float(), rtol=tol, atol=tol)
     assert torch.equal(state, state_ref)
     assert (win is None) == (win_ref is None) and (win is None or torch.equal(win, win_ref))
-    assert torch.equal(par, par_ref)
+    assert torch.equal(par[keep], par_ref[keep])
 
 
 @pytest.mark.parametrize("width", [2, 3, 4, 5])
@@ -127,10 +124,31 @@ def test_every_tree_shape_and_width_matches_the_reference(name, width):
 def test_a_batch_of_different_trees_with_pad_rows_and_a_pad_slot():
     trees = [SHAPES["random 17"], SHAPES["star (depth 1)"], SHAPES["chain"], SHAPES["root only"]]
     args = case(trees, 24, 40, 4, torch.float16, seed=3, pad_slot_at=2)
-    ref, got = run_both(args, skip=(2,))
-    assert_same(ref, got, torch.float16)
+    ref, got = run_both(args)
+    assert_same(ref, got, torch.float16, skip=(2,))
     # The pad slot's request is skipped: no parents written (the -7s stay).
-    assert torch.all(args["retrieve_parent_token"][2] == -7)
+    assert torch.all(got[3][2] == -7)
+
+
+def test_cache_line_indices_read_through_their_strides():
+    args = case([SHAPES["random 17"], SHAPES["chain"]], 17, 16, 4, torch.float32, seed=4)
+    expected = run_both(args)[0]
+    for name in ("conv_state_indices", "intermediate_state_indices"):
+        spread = torch.full((4,), 99, dtype=torch.int32)
+        spread[::2] = args[name]
+        args[name] = spread.to(DEVICE)[::2]  # stride 2 (run_both's clones would make it contiguous)
+    mine = {k: (v.clone().to(DEVICE) if isinstance(v, torch.Tensor) and not k.endswith("_indices") else v)
+            for k, v in args.items()}
+    out = kernel.tree_conv_update(**mine)
+    got = [out, mine["conv_state"], mine["intermediate_conv_window"], mine["retrieve_parent_token"]]
+    assert_same(expected, [a.cpu() for a in got], torch.float32)
+
+
+def test_several_channel_blocks_a_request():
+    """300 channels: three programs a request, each with its own scratch, its channels of the state and windows."""
+    args = case([SHAPES["random 33"], SHAPES["fan under a child"]], 40, 300, 4, torch.float32, seed=9, pad_slot_at=1)
+    ref, got = run_both(args)
+    assert_same(ref, got, torch.float32, skip=(1,))
 
 
 @pytest.mark.parametrize("bias,intermediate,indices", [(False, True, True), (True, False, True), (True, False, False)])
@@ -194,18 +212,32 @@ def test_the_launcher_refuses_inconsistent_inputs(field, value, message):
 
 
 def test_one_compile_serves_every_width(monkeypatch):
-    """The launcher's compile-time constants are the same at 10 and 257 rows and at batch 1 and 3 (Triton compiles
-    once per constant set), and they are `kernel.constexprs`, what benchmarks/sglang_conv_compile.py compiles."""
+    """At 10 and 257 rows, batch 1 and 3: the launcher's compile-time constants are the same, and they are
+    `kernel.constexprs` (what benchmarks/sglang_conv_compile.py compiles); every integer argument that differs is
+    one the kernel does not specialise on (Triton would compile a variant for 1 and for multiples of 16)."""
+    import inspect
+
+    names = list(inspect.signature(kernel._tree_conv_update_kernel.fn).parameters)
     launches = []
 
     class Recorder:
         def __getitem__(self, grid):
-            return lambda *args, **kw: launches.append({k: v for k, v in kw.items() if k.isupper()})
+            return lambda *args, **kw: launches.append((args, {k: v for k, v in kw.items() if k.isupper()}))
 
     monkeypatch.setattr(kernel, "_tree_conv_update_kernel", Recorder())
     for trees, rows in (([SHAPES["chain"]], 10), ([SHAPES["random 33"]] * 3, 257)):
         args = case(trees, rows, 8, 4, torch.float32, seed=1)
-        kernel.tree_conv_update(**{k: v for k, v in args.items()})
-    assert launches[0] == launches[1]
-    expected = kernel.constexprs(4, has_bias=True, silu=True, has_indices=True, save_intermediate=True, mixed=False)
-    assert launches[0] == {**expected, "GDC": False}
+        kernel.tree_conv_update(**args)
+    (first, first_constants), (second, second_constants) = launches
+    assert first_constants == second_constants
+    expected = kernel.constexprs(4, has_bias=True, silu=True, has_indices=True, save_intermediate=True)
+    assert first_constants == {**expected, "GDC": False}
+    changed = {name for name, a, b in zip(names, first, second) if isinstance(a, int) and a != b}
+    assert changed and changed <= set(kernel.RUNTIME_ARGS), changed - set(kernel.RUNTIME_ARGS)
+
+
+def test_x_and_the_state_in_different_dtypes_are_refused():
+    args = case([SHAPES["chain"]], 10, 8, 4, torch.float16, seed=1)
+    args["conv_state"] = args["conv_state"].float()
+    with pytest.raises(ValueError, match=r"expected x and conv_state in one dtype .* got torch.float16 and torch.float32"):
+        kernel.tree_conv_update(**args)

@@ -38,7 +38,9 @@ def router(original):
     `num_accept_tokens` (SGLang's verify passes neither), x [batch, dim, rows]. `routed.engine_calls`
     counts the calls the engine's kernel served.
     """
-    from ..kernels.tree_conv_update import tree_conv_update
+    # The kernel itself, not the package's dispatcher: these are CUDA tensors inside a graph capture, where the
+    # reference (host loops, .tolist()) cannot run, whatever DDTREE_KERNELS says.
+    from ..kernels.tree_conv_update.kernel import tree_conv_update
 
     try:
         from sglang.kernels.ops.mamba.causal_conv1d_triton import PAD_SLOT_ID, is_arch_support_pdl
@@ -59,6 +61,8 @@ def router(original):
                             metadata, validate_data)
         routed.engine_calls += 1
         silu = activation is True or activation in ("silu", "swish")
+        # PDL exactly where SGLang's own conv kernel takes it (its is_arch_support_pdl), not by DDTREE_PDL: the
+        # kernels around this launch in SGLang's verify are SGLang's.
         return tree_conv_update(x, conv_state, weight, bias, silu, conv_state_indices, intermediate_conv_window,
                                 intermediate_state_indices, retrieve_next_token, retrieve_next_sibling,
                                 retrieve_parent_token, pad_slot_id, pdl=x.is_cuda and bool(is_arch_support_pdl()))

@@ -29,7 +29,12 @@ import triton.language as tl
 from ..gdc import gdc_enter
 
 
-@triton.jit
+# The integer arguments that change with the verify width or the batch: not specialised on (Triton otherwise
+# compiles a variant for a value of 1 and for multiples of 16), so one compile serves every width.
+RUNTIME_ARGS = ("rows", "rounds", "stride_x_seq", "stride_i_line", "stride_nt", "stride_ns", "stride_par", "stride_o_seq")
+
+
+@triton.jit(do_not_specialize=RUNTIME_ARGS)
 def _tree_conv_update_kernel(
     x_ptr,
     w_ptr,
@@ -58,6 +63,8 @@ def _tree_conv_update_kernel(
     stride_i_step,
     stride_i_dim,
     stride_i_win,
+    stride_idx,
+    stride_inter_idx,
     stride_nt,
     stride_ns,
     stride_par,
@@ -70,7 +77,6 @@ def _tree_conv_update_kernel(
     SILU: tl.constexpr,
     HAS_INDICES: tl.constexpr,
     SAVE_INTERMEDIATE: tl.constexpr,
-    MIXED: tl.constexpr,
     KP2: tl.constexpr,
     CHUNK: tl.constexpr,
     BLOCK_R: tl.constexpr,
@@ -81,11 +87,11 @@ def _tree_conv_update_kernel(
     seq = tl.program_id(0)
     block = tl.program_id(1)
     if HAS_INDICES:
-        line = tl.load(state_idx_ptr + seq).to(tl.int64)
+        line = tl.load(state_idx_ptr + seq * stride_idx).to(tl.int64)
         if line == pad_slot_id:
             return
         if SAVE_INTERMEDIATE:
-            inter_line = tl.load(inter_idx_ptr + seq).to(tl.int64)
+            inter_line = tl.load(inter_idx_ptr + seq * stride_inter_idx).to(tl.int64)
     else:
         line = seq.to(tl.int64)
         inter_line = seq.to(tl.int64)
@@ -148,10 +154,7 @@ def _tree_conv_update_kernel(
             xv = tl.load(x_base + tl.maximum(v, 0)[:, None] * stride_x_tok, mask=m & in_tree, other=0.0)
             sv = tl.load(s_base + tl.maximum(K - 1 + v, 0)[:, None] * stride_s_tok, mask=m & ~in_tree, other=0.0)
             tap = tl.where(in_tree, xv, sv)
-            if MIXED:  # x and the state in different dtypes: each product in its own, as SGLang's branches take them
-                acc += tl.where(in_tree, xv * w, sv * w)
-            else:  # SGLang's expression as it is (where the compiler fuses it into an FMA, so does it here)
-                acc += tap * w
+            acc += tap * w  # SGLang's expression (where the compiler fuses it into an FMA, so does it here)
             if SAVE_INTERMEDIATE:
                 if j <= K - 2:
                     tl.store(
@@ -178,12 +181,13 @@ def _tree_conv_update_kernel(
     tl.store(s_base + c[:, None] * stride_s_tok, tl.where(from_state, old, new), mask=keep)
 
 
-def constexprs(width: int, *, has_bias: bool, silu: bool, has_indices: bool, save_intermediate: bool, mixed: bool,
+def constexprs(width: int, *, has_bias: bool, silu: bool, has_indices: bool, save_intermediate: bool,
                block_r: int = 16, block_n: int = 128, chunk: int = 128) -> dict:
     """The kernel's compile-time constants for a launch (GDC aside): nothing of the rows or the batch is among them,
-    so one compile serves every verify width (benchmarks/sglang_conv_compile.py compiles from this)."""
+    so with RUNTIME_ARGS not specialised on, one compile serves every verify width (benchmarks/sglang_conv_compile.py
+    compiles from this)."""
     return dict(K=width, HAS_BIAS=has_bias, SILU=silu, HAS_INDICES=has_indices, SAVE_INTERMEDIATE=save_intermediate,
-                MIXED=mixed, KP2=triton.next_power_of_2(width - 1), CHUNK=chunk, BLOCK_R=block_r, BLOCK_N=block_n)
+                KP2=triton.next_power_of_2(width - 1), CHUNK=chunk, BLOCK_R=block_r, BLOCK_N=block_n)
 
 
 def tree_conv_update(
@@ -212,6 +216,9 @@ def tree_conv_update(
     if weight.shape[0] != dim or conv_state.shape[1] != dim or conv_state.shape[2] < width - 1:
         raise ValueError(f"expected weight [{dim}, K] and conv_state [lines, {dim}, >= K-1] for x {tuple(x.shape)}, "
                          f"got {tuple(weight.shape)} and {tuple(conv_state.shape)}")
+    if x.dtype != conv_state.dtype:
+        raise ValueError(f"expected x and conv_state in one dtype (SGLang's tree conv compiles only so), "
+                         f"got {x.dtype} and {conv_state.dtype}")
     for name, links in (("retrieve_next_token", retrieve_next_token), ("retrieve_next_sibling", retrieve_next_sibling),
                         ("retrieve_parent_token", retrieve_parent_token)):
         if links.shape[0] < batch or links.shape[1] < rows or links.stride(-1) != 1:
@@ -244,14 +251,15 @@ def tree_conv_update(
         *weight.stride(),
         *conv_state.stride(),
         *inter_strides,
+        conv_state_indices.stride(0) if conv_state_indices is not None else 0,
+        intermediate_state_indices.stride(0) if intermediate_state_indices is not None else 0,
         retrieve_next_token.stride(0),
         retrieve_next_sibling.stride(0),
         retrieve_parent_token.stride(0),
         *out.stride(),
         pad_slot_id,
         **constexprs(width, has_bias=bias is not None, silu=silu, has_indices=conv_state_indices is not None,
-                     save_intermediate=intermediate_conv_window is not None, mixed=x.dtype != conv_state.dtype,
-                     block_r=block_r, block_n=block_n, chunk=chunk),
+                     save_intermediate=intermediate_conv_window is not None, block_r=block_r, block_n=block_n, chunk=chunk),
         **launch,
     )
     return out
