@@ -9,13 +9,12 @@ heads 16, dims 128, bf16 inputs, fp32 state) and a CUDA-graph capture of verify 
 
 from __future__ import annotations
 
-import random
-
 import pytest
 import torch
 
 from engine_oracle import OracleDrafter, rule_deep, run
 
+from tree_shapes import depth_major, kary, random_tree
 from ddtree_engine.core.hybrid import conv_window_index, l2norm
 from ddtree_engine.kernels import gdn_tree
 from ddtree_engine.reference.engine import load_engine
@@ -30,30 +29,14 @@ gpu = pytest.mark.gpu
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
-def _random_tree(n: int, seed: int) -> list[int]:
-    rng = random.Random(seed)
-    return [-1] + [rng.randrange(i) for i in range(1, n)]
-
-
-def _depth_major(parents: list[int]) -> list[int]:
-    """The same tree relabelled breadth-first (the engine's node order)."""
-    order = [i for level in reference.node_levels(parents) for i in level]
-    new = {old: j for j, old in enumerate(order)}
-    return [-1 if parents[old] < 0 else new[parents[old]] for old in order]
-
-
-def _kary(k: int, n: int) -> list[int]:
-    return [-1] + [(i - 1) // k for i in range(1, n)]
-
-
 SHAPES = {
     "single node": [-1],
     "chain": list(range(-1, 7)),
     "star (depth 1)": [-1, 0, 0, 0, 0, 0],
-    "full binary": _kary(2, 15),
-    "full ternary": _kary(3, 13),
-    "random 17": _random_tree(17, 0),
-    "random 17 depth-major": _depth_major(_random_tree(17, 3)),
+    "full binary": kary(2, 15),
+    "full ternary": kary(3, 13),
+    "random 17": random_tree(17, 0),
+    "random 17 depth-major": depth_major(random_tree(17, 3)),
     "chain then fork": [-1, 0, 1, 2, 2, 4, 3],
     "two roots": [-1, 0, -1, 2, 1],
 }
@@ -386,10 +369,10 @@ BIG_SHAPES = {
     "single node": [-1],
     "chain 16": list(range(-1, 15)),
     "star 16": [-1] + [0] * 15,
-    "binary 16": _kary(2, 16),
-    "4-ary 16": _kary(4, 16),
-    "random 16": _depth_major(_random_tree(16, 4)),
-    "random 65": _depth_major(_random_tree(65, 5)),
+    "binary 16": kary(2, 16),
+    "4-ary 16": kary(4, 16),
+    "random 16": depth_major(random_tree(16, 4)),
+    "random 65": depth_major(random_tree(65, 5)),
 }
 
 

@@ -4,11 +4,10 @@ padded to a fixed N; and core.tree.compile_tree on the kernel equals it on the r
 
 from __future__ import annotations
 
-import random
-
 import pytest
 import torch
 
+from tree_shapes import kary, random_depth_major_tree
 from ddtree_engine.core.tree import DraftTree, compile_tree
 from ddtree_engine.kernels.tree_mask import pack_mask, reference
 
@@ -22,29 +21,16 @@ gpu = pytest.mark.gpu
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
-def _random_tree(n: int, seed: int) -> list[int]:
-    """Random depth-major tree: parents non-decreasing (siblings contiguous), parent < child."""
-    rng = random.Random(seed)
-    parents = [-1]
-    for i in range(1, n):
-        parents.append(rng.randrange(max(parents[-1], 0), i))
-    return parents
-
-
-def _kary(k: int, n: int) -> list[int]:
-    return [-1] + [(i - 1) // k for i in range(1, n)]
-
-
 SHAPES = {  # name: (parents, padded size N)
     "root alone": ([-1], 1),
     "root alone, padded": ([-1], 16),
     "chain": (list(range(-1, 15)), 16),
     "star (depth 1)": ([-1] + [0] * 8, 9),
-    "full binary": (_kary(2, 15), 15),
-    "full ternary, padded": (_kary(3, 13), 23),
-    "random 17": (_random_tree(17, 0), 17),
-    "random 40 padded to 65": (_random_tree(40, 1), 65),
-    "random 257": (_random_tree(257, 2), 257),
+    "full binary": (kary(2, 15), 15),
+    "full ternary, padded": (kary(3, 13), 23),
+    "random 17": (random_depth_major_tree(17, 0), 17),
+    "random 40 padded to 65": (random_depth_major_tree(40, 1), 65),
+    "random 257": (random_depth_major_tree(257, 2), 257),
     "chain 33 (two words)": (list(range(-1, 32)), 33),
 }
 
@@ -84,7 +70,7 @@ def test_kernel_matches_the_reference(shape, rows):
 
 
 def test_reference_mask_and_links_are_core_compile_trees():
-    parents = _random_tree(30, 3)
+    parents = random_depth_major_tree(30, 3)
     depths = _depths(parents)
     tree = DraftTree(
         tokens=torch.arange(30), parents=torch.tensor(parents), depths=torch.tensor(depths),
@@ -112,7 +98,7 @@ def test_packed_bits_are_the_dense_mask():
 
 
 def test_core_compile_tree_on_the_kernel_equals_the_reference(monkeypatch):
-    parents = _random_tree(21, 4)
+    parents = random_depth_major_tree(21, 4)
     tree = DraftTree(
         tokens=torch.arange(21), parents=torch.tensor(parents), depths=torch.tensor(_depths(parents)),
         ranks=torch.zeros(21, dtype=torch.long), scores=torch.zeros(21, dtype=torch.float64),
@@ -136,7 +122,7 @@ def test_core_compile_tree_on_the_kernel_equals_the_reference(monkeypatch):
 @pytest.mark.parametrize("rows", [1, 4, 16])
 @pytest.mark.parametrize("n", [16, 23, 65, 257, 513])
 def test_large_trees_on_the_gpu(n, rows):
-    parents = _random_tree(n - 3, n)
+    parents = random_depth_major_tree(n - 3, n)
     par, dep = _padded(parents, n)
     got = kernel.compile_tree_arrays(
         par.cuda(), dep.cuda(), torch.tensor([n - 3], device="cuda"), torch.tensor([5], device="cuda"), max(_depths(parents)),

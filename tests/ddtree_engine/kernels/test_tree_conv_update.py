@@ -14,6 +14,7 @@ import random
 import pytest
 import torch
 
+from tree_shapes import depth_major, kary, random_tree
 from ddtree_engine.kernels import tree_conv_update as tcu
 from ddtree_engine.kernels.tree_mask.reference import compile_tree_arrays
 
@@ -24,32 +25,14 @@ from ddtree_engine.kernels.tree_conv_update import kernel, reference  # noqa: E4
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _random_tree(n: int, seed: int) -> list[int]:
-    rng = random.Random(seed)
-    return [-1] + [rng.randrange(i) for i in range(1, n)]
-
-
-def _depth_major(parents: list[int]) -> list[int]:
-    depth = []
-    for p in parents:
-        depth.append(0 if p < 0 else depth[p] + 1)
-    order = sorted(range(len(parents)), key=lambda i: (depth[i], i))
-    new = {old: j for j, old in enumerate(order)}
-    return [-1 if parents[old] < 0 else new[parents[old]] for old in order]
-
-
-def _kary(k: int, n: int) -> list[int]:
-    return [-1] + [(i - 1) // k for i in range(1, n)]
-
-
 SHAPES = {
     "root only": [-1],
     "chain": list(range(-1, 9)),
     "star (depth 1)": [-1] + [0] * 9,
-    "full binary": _kary(2, 15),
-    "8-ary, two levels": _kary(8, 20),
-    "random 17": _depth_major(_random_tree(17, 0)),
-    "random 33": _depth_major(_random_tree(33, 1)),
+    "full binary": kary(2, 15),
+    "8-ary, two levels": kary(8, 20),
+    "random 17": depth_major(random_tree(17, 0)),
+    "random 33": depth_major(random_tree(33, 1)),
     "chain then fork": [-1, 0, 1, 2, 2, 3, 4],
     # 30 siblings under row 1: the longest sibling chain the pointer jumping resolves here (a fan under the root
     # would pass with unresolved links too, their fallback parent being the root's 0).
@@ -161,7 +144,7 @@ def test_without_bias_windows_or_cache_indices(bias, intermediate, indices):
 @pytest.mark.parametrize("rows", [129, 257])
 def test_wide_trees_one_launch(rows):
     """The widths at which SGLang's own kernel compiles for minutes (budget 128 and 256, topk 8)."""
-    parents = _depth_major([-1] + [random.Random(rows).randrange(max(0, i - 8), i) for i in range(1, rows)])
+    parents = depth_major([-1] + [random.Random(rows).randrange(max(0, i - 8), i) for i in range(1, rows)])
     args = case([parents], rows, 8, 4, torch.float32, seed=rows)
     assert_same(*run_both(args), torch.float32)
 

@@ -3,16 +3,10 @@ tree shape: chain, star, full k-ary, random, depth 1."""
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
+from tree_shapes import random_tree
 from ddtree_engine.kernels.tree_mask import ancestor_mask
-
-
-def _random_tree(n: int, seed: int) -> list[int]:
-    rng = random.Random(seed)
-    return [-1] + [rng.randrange(i) for i in range(1, n)]
 
 
 SHAPES = {
@@ -21,8 +15,8 @@ SHAPES = {
     "star (depth 1)": [-1, 0, 0, 0, 0, 0],
     "full binary": [-1, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6],
     "full ternary": [-1, 0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3],
-    "random 17": _random_tree(17, 0),
-    "random 33": _random_tree(33, 1),
+    "random 17": random_tree(17, 0),
+    "random 33": random_tree(33, 1),
 }
 
 

@@ -9,6 +9,7 @@ import random
 import pytest
 import torch
 
+from tree_shapes import kary, random_depth_major_tree
 from ddtree_engine.core.tree import DraftTree, compile_tree
 from ddtree_engine.core.walk import walk
 from ddtree_engine.kernels.tree_walk import reference
@@ -23,26 +24,14 @@ gpu = pytest.mark.gpu
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
-def _random_tree(n: int, seed: int) -> list[int]:
-    rng = random.Random(seed)
-    parents = [-1]
-    for i in range(1, n):
-        parents.append(rng.randrange(max(parents[-1], 0), i))
-    return parents
-
-
-def _kary(k: int, n: int) -> list[int]:
-    return [-1] + [(i - 1) // k for i in range(1, n)]
-
-
 SHAPES = {
     "root alone": [-1],
     "chain": list(range(-1, 12)),
     "star (depth 1)": [-1] + [0] * 8,
-    "full binary": _kary(2, 31),
-    "full ternary": _kary(3, 40),
-    "random 23": _random_tree(23, 0),
-    "random 65": _random_tree(65, 1),
+    "full binary": kary(2, 31),
+    "full ternary": kary(3, 40),
+    "random 23": random_depth_major_tree(23, 0),
+    "random 65": random_depth_major_tree(65, 1),
 }
 
 
@@ -151,7 +140,7 @@ def test_core_walk_on_the_kernel_equals_the_reference(monkeypatch):
 @needs_cuda
 @pytest.mark.parametrize("n", [16, 257, 513])
 def test_large_trees_on_the_gpu(n):
-    parents = _random_tree(n, n)
+    parents = random_depth_major_tree(n, n)
     tokens = _tokens(parents, n)
     for seed in range(4):
         choices = _choices(parents, tokens, seed, 0.9)
