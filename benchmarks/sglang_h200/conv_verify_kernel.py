@@ -28,6 +28,9 @@ import torch
 
 from ddtree_engine.kernels.tree_mask.reference import compile_tree_arrays
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from graph_timing import capture, time_graph  # noqa: E402
+
 LAYERS = int(os.environ.get("LAYERS", "24"))
 ROUNDS = int(os.environ.get("ROUNDS", "7"))
 REPLAYS = int(os.environ.get("REPLAYS", "50"))
@@ -101,30 +104,6 @@ def same_arrays(layers, sglang, engine) -> bool:
     return True
 
 
-def capture(layers, fn, tree):
-    for layer in layers:  # compile and warm outside the graph
-        layer.run(fn, tree)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for layer in layers:
-            layer.run(fn, tree)
-    graph.replay()
-    torch.cuda.synchronize()
-    return graph
-
-
-def time_graph(graph) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    graph.replay()
-    start.record()
-    for _ in range(REPLAYS):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1000.0 / REPLAYS / LAYERS  # us per launch
-
-
 def main(out_dir: str, smoke: bool = False) -> int:
     from sglang.kernels.ops.mamba.causal_conv1d_triton import causal_conv1d_update as sglang
 
@@ -147,7 +126,7 @@ def main(out_dir: str, smoke: bool = False) -> int:
                 rounds = {name: [] for name in arms}
                 for _ in range(ROUNDS):
                     for name, graph in arms.items():
-                        rounds[name].append(time_graph(graph))
+                        rounds[name].append(time_graph(graph, REPLAYS, layers_n))
                 med = {name: statistics.median(v) for name, v in rounds.items()}
                 row = {"dim": dim_name, "rows": rows, "tree": tree_name, "us_per_launch": med, "rounds_us": rounds,
                        "sglang_over_chain": med["sglang"] / med["chain"], "engine_over_chain": med["engine"] / med["chain"],

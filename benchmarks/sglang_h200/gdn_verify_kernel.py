@@ -39,6 +39,9 @@ import torch
 
 from ddtree_engine.core.tree import build_tree
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from graph_timing import capture, time_graph  # noqa: E402
+
 SGLANG_MODULE = "sglang.kernels.ops.attention.linear.fused_sigmoid_gating_recurrent"
 KERNEL_NAME = "fused_sigmoid_gating_delta_rule_update_kernel"
 # The reload in SGLang 0.5.23's tree branch, with the lines that make it unique.
@@ -148,30 +151,6 @@ class Layer:
         )
 
 
-def capture(module, layers, parents):
-    for layer in layers:  # compile and warm outside the graph
-        layer.run(module, parents)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for layer in layers:
-            layer.run(module, parents)
-    graph.replay()
-    torch.cuda.synchronize()
-    return graph
-
-
-def time_graph(graph) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    graph.replay()
-    start.record()
-    for _ in range(REPLAYS):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1000.0 / REPLAYS / LAYERS  # us per launch
-
-
 def main(out_dir: str) -> int:
     global ONE, QSL
     module = importlib.import_module(SGLANG_MODULE)
@@ -183,14 +162,14 @@ def main(out_dir: str) -> int:
     for heads_name, (h, hv, d) in HEADS.items():
         layers = [Layer(h, hv, d, seed) for seed in range(LAYERS)]
         use(module, stock)
-        chain_graph = capture(module, layers, None)
+        chain_graph = capture(layers, module, None)
         for tree_name, parents in shapes.items():
             p = torch.tensor([parents], dtype=torch.int64, device="cuda")
             use(module, stock)
-            stock_graph = capture(module, layers, p)
+            stock_graph = capture(layers, module, p)
             stock_state = [(x.out.clone(), x.buffer.clone()) for x in layers]
             use(module, skipping)
-            patched_graph = capture(module, layers, p)
+            patched_graph = capture(layers, module, p)
             for (o, b), x in zip(stock_state, layers):
                 if not (torch.equal(o, x.out) and torch.equal(b, x.buffer)):
                     mismatches.append(f"{heads_name} {tree_name}")
@@ -200,7 +179,7 @@ def main(out_dir: str) -> int:
             rounds = {name: [] for name in arms}
             for _ in range(ROUNDS):
                 for name, graph in arms.items():
-                    rounds[name].append(time_graph(graph))
+                    rounds[name].append(time_graph(graph, REPLAYS, LAYERS))
             med = {name: statistics.median(v) for name, v in rounds.items()}
             row = {
                 "heads": heads_name, "tree": tree_name, "parents": parents, "reloads_stock": WIDTH - 1,
