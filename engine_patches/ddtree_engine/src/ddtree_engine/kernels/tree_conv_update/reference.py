@@ -71,6 +71,8 @@ def tree_conv_update(
         line = int(conv_state_indices[b]) if conv_state_indices is not None else b
         if line == pad_slot_id:
             continue
+        windowed = intermediate_conv_window is not None and conv_state_indices is not None
+        inter_line = int(intermediate_state_indices[b]) if windowed else b  # where the windows go
         retrieve_parent_token[b, :rows] = parents[b]
         state = conv_state[line, :, : width - 1].clone()  # [C, K-1] before this update's write
         par = parents[b].tolist()
@@ -80,7 +82,6 @@ def tree_conv_update(
             for j in range(width):
                 tap = x[b, :, v] if v >= 0 else state[:, width - 1 + v]
                 if intermediate_conv_window is not None and j <= width - 2:
-                    inter_line = int(intermediate_state_indices[b]) if conv_state_indices is not None else b
                     intermediate_conv_window[inter_line, t, :, width - 2 - j] = tap
                 acc += (tap * weight[:, width - 1 - j]).float()
                 v = par[v] if v > 0 else v - 1
