@@ -5,8 +5,8 @@
 # 2. the break-check: the PDL replay test on a copy of the engine whose gdc_enter does not wait
 #    (break_gdc_wait.py) must fail.
 #   bash benchmarks/h200_pdl_check.sh OUT_DIR [PYTEST_WORKERS [TEST_PATH...]]      (on the GPU host, from the repository root)
-# TEST_PATHs (relative to the repository root) narrow step 1 to what an earlier, cut run did not reach, e.g.
-# tests/ddtree_engine/kernels/test_tree_build.py; by default the kernel and SGLang-worker suites.
+# TEST_PATHs (relative to the repository root; a pytest node id, FILE::TEST, too) narrow step 1 to what an earlier,
+# cut run did not reach, e.g. tests/ddtree_engine/kernels/test_tree_build.py; by default the kernel and SGLang-worker suites.
 set -uo pipefail
 OUT=${1:?out dir}; WORKERS=${2:-14}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,7 +16,7 @@ else
   SUITES=(tests/ddtree_engine/kernels tests/ddtree_engine/sglang_worker)
 fi
 for path in "${SUITES[@]}"; do
-  [ -e "$REPO/$path" ] || { echo "h200_pdl_check.sh: no $path under $REPO (TEST_PATHs are relative to the repository root)" >&2; exit 2; }
+  [ -e "$REPO/${path%%::*}" ] || { echo "h200_pdl_check.sh: no ${path%%::*} under $REPO (TEST_PATHs are relative to the repository root)" >&2; exit 2; }
 done
 mkdir -p "$OUT"
 export TRITON_DEFAULT_FP_FUSION=1 PYTHONUNBUFFERED=1

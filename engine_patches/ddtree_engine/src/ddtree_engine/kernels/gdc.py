@@ -32,8 +32,10 @@ ENV = "DDTREE_PDL"
 # with CUDA graphs token-identical to AR on 8 of 8 prompts (sglang_h200_wide_2026-12-05.json). On an H100 the same
 # day: the break-check caught (benchmarks/h200_pdl_check.sh), the kernel and SGLang-worker suites with DDTREE_PDL=1
 # failed nothing but were cut by the calls' limits, and SGLang's DDTREE 128/8 with graphs and PDL equalled AR on 8
-# of 8 (sglang_h100_wide128_2026-12-05.json). Still to run with it before it becomes the default: test_tree_build.py
-# whole in one run (two cut runs passed >= 490 and 479 of its 495).
+# of 8 (sglang_h100_wide128_2026-12-05.json). On an H100 on 2026-12-06 two cut runs of test_tree_build.py with it
+# passed 476 and 483 of its 495 and failed none (pdl_check_20261206_h100_tree_build.txt). Still to run with it before
+# it becomes the default: the 12 neither reached (test_more_warps_give_the_same_trees_on_the_gpu,
+# test_best_first_selection_is_a_static_order_of_the_full_tree), by node id (benchmarks/h200_pdl_check.sh).
 DEFAULT = False
 # The words of the engine's on/off switches (sglang_plugin/prep.env_switch; ddtree_ops/knowledge/engine_env.yaml).
 _ON, _OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
