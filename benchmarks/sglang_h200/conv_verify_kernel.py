@@ -8,8 +8,8 @@ x as the backend's transposed view, the conv-state pool [lines, dim, K-1] with c
 intermediate windows [lines, rows, dim, K-1], bs 1). Per (conv dim, rows, tree) it captures one CUDA graph of
 LAYERS launches for each arm and prints the replay time per launch and each arm's ratio to the chain,
 medians over ROUNDS rounds of REPLAYS replays, arms interleaved within a round. Arms: `chain` (no links:
-DFLASH's verify), `sglang` (the tree path DDTREE takes at topk > 1), `engine` (what the plugin routes the tree
-path to with DDTREE_SGLANG_TREE_CONV=1). Every engine launch is checked bit for bit against SGLang's (the
+DFLASH's verify), `sglang` (SGLang's tree path, DDTREE's with DDTREE_SGLANG_TREE_CONV=0), `engine` (what the plugin routes the tree
+path to, DDTREE_SGLANG_TREE_CONV on by default). Every engine launch is checked bit for bit against SGLang's (the
 outputs, the conv state, every row's window, the parents). Rows 16 and 33 (budget 15 and 32); 129 (budget 128)
 is compiled only with WIDE=1 (SGLang's kernel compiles ~90-170 s there; 257: ~8 min, not run).
 Exit 1 on a mismatch.

@@ -12,9 +12,9 @@ cost-graph (step_cost.py): DDTREE with CUDA graphs (ddtree-graph-B-K) beside DFL
 wide (lossless.py): the lab pair at DDTREE 128/8 and 256/8 (the threshold build) with CUDA graphs (at most
   2,048 verify rows a step), 128/8 eager, and 128/8 and 15/8 with graphs and programmatic dependent launch (DDTREE_PDL=1),
   against AR.
-treeconv (lossless.py): DDTREE_SGLANG_TREE_CONV=1 (the engine's tree conv in SGLang's hybrid verify) on the lab
-  pair at 15/8 with graphs, eager and batched, and at 128/8 and 256/8 with graphs, each against AR. Not yet run:
-  what the next device session runs first (2026-12-05), beside SCRIPT=conv_kernel (conv_verify_kernel.py).
+treeconv (lossless.py): DDTREE_SGLANG_TREE_CONV=1 (the engine's tree conv in SGLang's hybrid verify; the default
+  since it passed this plan on an H100, 2026-12-06, sglang_h100_treeconv_2026-12-06.json) on the lab pair at 15/8 with
+  graphs, eager and batched, and at 128/8 and 256/8 with graphs, each against AR.
 rerun RESULTS_JSON: the grid's configurations that did not finish there, with each pair's AR again.
 q3-rest (lossless.py): the q3 pair's grid past what the 2026-12-01 run reached (it stopped after 8/1).
 graph+q3 (lossless.py): graph and q3-rest in one run (the lab pair's graphed DDTREE after a worker change, and
@@ -203,8 +203,8 @@ def treeconv():
     """DDTREE's hybrid verify conv through the engine's kernel (DDTREE_SGLANG_TREE_CONV=1, sglang_plugin/tree_conv.py)
     on the lab pair (a qwen3_5_text hybrid), each against AR: 15/8 with CUDA graphs and eager, the 8 prompts batched
     with graphs (cache lines of several requests), and 128/8 and 256/8 with graphs, whose first start compiles
-    SGLang's tree conv for minutes without the switch (wide()); what the switch must show before it becomes the
-    default. One call: AR, then the six at PAR=3 or more."""
+    SGLang's tree conv for minutes without the switch (wide()); what the switch showed before it became the default
+    (H100, 2026-12-06: 8/8 each). One call: AR, then the six at PAR=3 or more."""
     graphs_on = {"extra": {"disable_cuda_graph": False}}
     conv = {"env": {"DDTREE_SGLANG_TREE_CONV": "1"}}
     return [{"label": "lab ar", "pair": "lab"},

@@ -80,26 +80,29 @@ def _width_warning(service: Service, block_size: int) -> str | None:
     )
 
 
-# From this budget on a first start on a hybrid target compiles SGLang's tree causal-conv1d update for minutes: it
-# unrolls a loop over one request's verify rows (H100, 2026-12-05, benchmarks/results/sglang_h100_wide*_2026-12-05.json:
-# 166 s at budget 128, not done after 400 s at 256).
+# From this budget on a first start on a hybrid target compiles SGLang's tree causal-conv1d update for minutes, where a
+# service turns the engine's own off: it unrolls a loop over one request's verify rows (H100, 2026-12-05,
+# benchmarks/results/sglang_h100_wide*_2026-12-05.json: 166 s at budget 128, not done after 400 s at 256).
 WIDE_COMPILE_BUDGET = 128
-# The engine's switch that routes that conv to its own kernel, compiled once for every budget (engine_env.yaml).
+# The engine's switch (on by default) that routes that conv to its own kernel, compiled once for every budget
+# (engine_env.yaml); these words turn it off.
 TREE_CONV_ENV = "DDTREE_SGLANG_TREE_CONV"
+SWITCH_OFF = ("0", "false", "no", "off")
 
 
 def _first_start_warning(service: Service, health_timeout_s: float) -> str | None:
     if service.budget < WIDE_COMPILE_BUDGET:
         return None
-    if str(service.env.get(TREE_CONV_ENV, "")).strip().lower() in ("1", "true", "yes", "on"):
-        return None  # SGLang's tree conv update does not run
+    if str(service.env.get(TREE_CONV_ENV, "")).strip().lower() not in SWITCH_OFF:
+        return None  # the engine's tree conv runs: SGLang's is not compiled
     return (
-        f"service {service.name!r}: at budget {service.budget} ({service.budget + 1} verify rows a request) the first "
-        f"start on a hybrid (Gated-DeltaNet) target compiles SGLang's tree causal-conv1d update for minutes (on an H100 "
-        f"166 s at budget 128, over 400 s at 256), inside deploy's wait of deploy.health_timeout_s = "
-        f"{health_timeout_s:g}s for /health: raise it for the first deploy on a host if the gate times out; later starts "
-        f"reuse the compiled kernels ({env_file_values(service)['TRITON_CACHE_DIR']}). {TREE_CONV_ENV}: \"1\" in the "
-        f"service's env routes that conv to the engine's kernel, compiled once for every budget (not yet the default)"
+        f"service {service.name!r}: {TREE_CONV_ENV}={service.env[TREE_CONV_ENV]!r} in its env, so at budget "
+        f"{service.budget} ({service.budget + 1} verify rows a request) the first start on a hybrid (Gated-DeltaNet) "
+        f"target compiles SGLang's tree causal-conv1d update for minutes (on an H100 166 s at budget 128, over 400 s at "
+        f"256), inside deploy's wait of deploy.health_timeout_s = {health_timeout_s:g}s for /health: raise it for the "
+        f"first deploy on a host if the gate times out; later starts reuse the compiled kernels "
+        f"({env_file_values(service)['TRITON_CACHE_DIR']}). Without that setting the engine's kernel runs, compiled "
+        f"once for every budget"
     )
 
 

@@ -36,7 +36,7 @@ def test_the_tree_conv_update_compiles_for_sm90_and_grows_with_the_rows():
 
 
 def test_the_engine_kernel_compiles_the_same_code_at_every_width():
-    """kernels/tree_conv_update, which the plugin routes DDTREE's tree conv to with DDTREE_SGLANG_TREE_CONV=1."""
+    """kernels/tree_conv_update, which the plugin routes DDTREE's tree conv to (DDTREE_SGLANG_TREE_CONV, on by default)."""
     proc = run("--ddtree", "4", "33")
     assert proc.returncode == 0, proc.stderr
     lines = {(int(r), path): int(n) for r, path, n in re.findall(r"rows +(\d+) \(budget +\d+\) (tree|ddtree).* (\d+) PTX lines", proc.stdout)}

@@ -144,9 +144,10 @@ def test_install_follows_the_switch_and_wraps_once(sglang_plugin, monkeypatch):
     module.causal_conv1d_update = sglang_update()
     monkeypatch.setitem(sys.modules, "gdn_backend_stand_in", module)
     monkeypatch.setattr(tree_conv, "TARGET", ("gdn_backend_stand_in", "causal_conv1d_update"))
-    monkeypatch.delenv(tree_conv.ENV, raising=False)
-    assert tree_conv.install() is False and module.causal_conv1d_update is sglang_update()
-    monkeypatch.setenv(tree_conv.ENV, "1")
+    for off in ("0", "off", " False "):
+        monkeypatch.setenv(tree_conv.ENV, off)
+        assert tree_conv.install() is False and module.causal_conv1d_update is sglang_update()
+    monkeypatch.delenv(tree_conv.ENV)  # on by default
     assert tree_conv.install() is True and tree_conv.install() is True
     assert module.causal_conv1d_update.original is sglang_update()
 

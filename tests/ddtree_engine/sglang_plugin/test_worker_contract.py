@@ -400,3 +400,25 @@ def test_the_tree_verify_kernel_grows_with_the_steps_rows_as_step_max_rows_reads
     body = kernel[kernel.index("if HAS_EAGLE_TREE_CUSTOM_ATTN_MASK:\n        token_indices = tl.arange(0, NP2_T)") :][:2000]
     assert "for _ in range(0, T):" in body
     assert "tl.sum(\n                    tl.where(token_indices == step_idx, parent_idx_tokens, 0)" in body
+
+
+def method_source(text: str, cls_name: str, name: str) -> str:
+    cls = next(n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.ClassDef) and n.name == cls_name)
+    return " ".join(ast.get_source_segment(text, next(f for f in cls.body if getattr(f, "name", None) == name)).split())
+
+
+def test_the_tree_conv_goes_in_for_a_hybrid_target_by_sglangs_own_test_at_construction():
+    """The worker installs the tree-conv router (tree_conv.install, on by default) in its constructor, for hybrid
+    targets only. SGLang's hybrid flag is False there (set in init_attention_backends, after the constructor), so
+    the worker asks what that flag's first half asks: mambaish_config of the target's model config."""
+    _, dflash = module_source("sglang.srt.speculative.dflash_worker_v2")
+    assert "self._need_mamba_verify_commit = False" in method_source(dflash, "DFlashWorkerV2", "__init__")
+    backends = method_source(dflash, "DFlashWorkerV2", "init_attention_backends")
+    assert "self._need_mamba_verify_commit = mambaish_config( self.model_runner.model_config ) is not None" in backends
+    ours = method_source(WORKER.read_text(), "DDTreeWorker", "__init__")
+    assert "hybrid = mambaish_config(self.model_runner.model_config) is not None" in ours
+    assert "self._tree_conv = tree_conv.install() if hybrid else None" in ours
+    cls = next(n for n in ast.walk(ast.parse(WORKER.read_text())) if isinstance(n, ast.ClassDef) and n.name == "DDTreeWorker")
+    init = next(f for f in cls.body if getattr(f, "name", None) == "__init__")
+    read = {n.attr for n in ast.walk(init) if isinstance(n, ast.Attribute)}
+    assert "_need_mamba_verify_commit" not in read  # always False in the constructor

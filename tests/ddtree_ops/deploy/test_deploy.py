@@ -84,21 +84,22 @@ def test_verify_width_differing_from_block_size_warns_and_explains_the_cost():
     assert "not at equal cost" in warning and "--budget 15" in warning
 
 
-def test_a_threshold_budget_on_sglang_warns_that_the_first_start_compiles_for_minutes():
+def test_a_threshold_budget_with_sglangs_tree_conv_warns_that_the_first_start_compiles_for_minutes():
     doc = project_doc()
     doc["engine"] = {**doc["engine"], "backend": "sglang", "target": "/models/t", "draft": "/models/d"}
-    assert not [w for w in plan_deploy(parse_project(doc), budget=127).warnings if "first start" in w]
-    (warning,) = [w for w in plan_deploy(parse_project(doc), budget=128).warnings if "first start" in w]
-    assert "service 'tree': at budget 128 (129 verify rows a request)" in warning
-    assert "deploy.health_timeout_s = 900s" in warning and "/var/cache/ddtree/tree/triton" in warning
-    assert "DDTREE_SGLANG_TREE_CONV: \"1\" in the service's env" in warning
-    # With the engine's tree conv switched on, SGLang's is not compiled: no warning.
-    switched = {**doc, "services": [dict(s, env={"DDTREE_SGLANG_TREE_CONV": "on"}) if s["name"] == "tree" else s
-                                    for s in doc["services"]]}
-    assert not [w for w in plan_deploy(parse_project(switched), budget=256).warnings if "first start" in w]
-    # The reference backend never runs SGLang's kernels.
-    reference = {**doc, "engine": {**doc["engine"], "backend": "reference"}}
-    assert not [w for w in plan_deploy(parse_project(reference), budget=256).warnings if "first start" in w]
+    # By default the engine's tree conv runs (one compile for every budget): no warning at any budget.
+    assert not [w for w in plan_deploy(parse_project(doc), budget=256).warnings if "first start" in w]
+    for word in ("0", "off", " No "):
+        switched = {**doc, "services": [dict(s, env={"DDTREE_SGLANG_TREE_CONV": word}) if s["name"] == "tree" else s
+                                        for s in doc["services"]]}
+        assert not [w for w in plan_deploy(parse_project(switched), budget=127).warnings if "first start" in w]
+        (warning,) = [w for w in plan_deploy(parse_project(switched), budget=128).warnings if "first start" in w]
+        assert f"service 'tree': DDTREE_SGLANG_TREE_CONV={word!r} in its env, so at budget 128 (129 verify rows" in warning
+        assert "deploy.health_timeout_s = 900s" in warning and "/var/cache/ddtree/tree/triton" in warning
+    # Explicitly on: no warning either.
+    on = {**doc, "services": [dict(s, env={"DDTREE_SGLANG_TREE_CONV": "on"}) if s["name"] == "tree" else s
+                              for s in doc["services"]]}
+    assert not [w for w in plan_deploy(parse_project(on), budget=256).warnings if "first start" in w]
 
 
 def test_selection_by_service_and_host_keeps_project_order():

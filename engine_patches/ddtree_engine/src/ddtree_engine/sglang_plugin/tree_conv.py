@@ -1,4 +1,4 @@
-"""DDTREE's hybrid verify conv through the engine's kernel instead of SGLang's tree path (opt-in).
+"""DDTREE's hybrid verify conv through the engine's kernel instead of SGLang's tree path (on by default).
 
 SGLang 0.5.23's Gated-DeltaNet backend (`gdn_backend`) runs every target-verify conv through
 `causal_conv1d_update`, whose tree path (`retrieve_next_token` given) unrolls a loop over one request's
@@ -8,9 +8,12 @@ which sends the tree calls to kernels/tree_conv_update (the same arrays, bit for
 in tests/ddtree_engine/sglang_plugin/test_tree_conv_update.py; one compile for every width) and every other
 call, unchanged, to SGLang's.
 
-Off by default: `DDTREE_SGLANG_TREE_CONV=1` turns it on for a DDTREE server (the worker installs it in the
-process that runs the target). It becomes the default once a GPU run shows DDTREE's outputs equal to AR's
-with it in SGLang (benchmarks/sglang_h200/plans.py treeconv).
+On by default for a DDTREE server on a hybrid target (the worker installs it in the process that runs the
+target); `DDTREE_SGLANG_TREE_CONV=0` keeps SGLang's. On an H100 on 2026-12-06 (benchmarks/results/
+conv_verify_kernel_20261206_h100.json, sglang_h100_treeconv_2026-12-06.json): SGLang's arrays bit for bit in bf16
+on 12 shapes, 0.67-0.78x SGLang's time per launch at 16 rows and 0.49-0.57x at 33; in SGLang the lab pair's
+DDTREE 15/8 (graphs, eager, batched), 128/8 and 256/8 equal AR on 8 of 8 prompts, and 128/8 and 256/8 load in
+~64 s against 256 s and over 500 s with SGLang's conv.
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ TARGET = ("sglang.srt.layers.attention.linear.gdn_backend", "causal_conv1d_updat
 
 
 def enabled() -> bool:
-    """Whether DDTREE_SGLANG_TREE_CONV is on (off unless 1/true/yes/on)."""
-    return env_switch(ENV, default=False)
+    """Whether DDTREE_SGLANG_TREE_CONV is on (on unless 0/false/no/off)."""
+    return env_switch(ENV, default=True)
 
 
 def router(original):
@@ -84,5 +87,5 @@ def install() -> bool:
     current = getattr(module, TARGET[1])
     if getattr(current, "original", None) is None:
         setattr(module, TARGET[1], router(current))
-        logger.info("DDTREE: the hybrid verify's tree conv runs kernels/tree_conv_update (%s=1)", ENV)
+        logger.info("DDTREE: the hybrid verify's tree conv runs kernels/tree_conv_update (%s=0: SGLang's)", ENV)
     return True

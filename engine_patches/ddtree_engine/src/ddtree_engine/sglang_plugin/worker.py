@@ -44,6 +44,7 @@ import torch
 
 from sglang.kernels.ops.speculative.cache_locs import assign_extend_cache_locs_func
 from sglang.kernels.ops.speculative.dflash import _prepare_dflash_draft_block_unchecked
+from sglang.srt.configs.hybrid_arch import mambaish_config
 from sglang.srt.lora.layers import unwrap_lora_layer
 from sglang.srt.managers.scheduler import GenerationBatchResult
 from sglang.srt.model_executor.forward_batch_info import (
@@ -154,15 +155,18 @@ class DDTreeWorker(DFlashWorkerV2):
         # The target's verify graphs, when SGLang captures them (after this constructor), carry
         # the tree mask (graph_runner.py); the verify pads its rows to their width (padding.py).
         graph_runner.install(self.target_worker.model_runner)
-        # DDTREE_SGLANG_TREE_CONV=1: the hybrid verify's tree conv through the engine's kernel (tree_conv.py).
-        self._tree_conv = tree_conv.install()
+        # A hybrid target's verify tree conv through the engine's kernel unless DDTREE_SGLANG_TREE_CONV=0 (tree_conv.py);
+        # an attention target has no conv to route. (SGLang's own hybrid flag, _need_mamba_verify_commit, is set
+        # only later, in init_attention_backends.)
+        hybrid = mambaish_config(self.model_runner.model_config) is not None
+        self._tree_conv = tree_conv.install() if hybrid else None
         self._log_memory()
         logger.info(
             "DDTREE worker: block %d (depths %d), budget %d -> %d tree nodes (verify width %d), topk %d, "
-            "spine %d, hybrid mode %s, mamba commit %s, tree conv %s",
+            "spine %d, hybrid target %s (mode %s), tree conv %s",
             self.block_size, self.depths, self.budget, self.nodes, self.verify_width, self.topk,
-            self.spine_depth, self.hybrid_mode, self._need_mamba_verify_commit,
-            "kernels/tree_conv_update" if self._tree_conv else "SGLang's",
+            self.spine_depth, hybrid, self.hybrid_mode,
+            {True: "kernels/tree_conv_update", False: "SGLang's", None: "none (attention target)"}[self._tree_conv],
         )
 
     def check_supported(self) -> None:

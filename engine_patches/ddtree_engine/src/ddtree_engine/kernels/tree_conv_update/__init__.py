@@ -4,7 +4,7 @@ The same arrays as SGLang 0.5.23's `causal_conv1d_update` on its tree path, from
 does not grow with the verify rows (`kernel.py`; SGLang's compiles for minutes at budget >= 128).
 `tree_conv_update` runs the kernel on CUDA tensors when triton imports and the reference
 (`reference.py`) elsewhere; `DDTREE_KERNELS` forces a side (kernels/dispatch.py). The SGLang plugin
-routes DDTREE's verify through it when `DDTREE_SGLANG_TREE_CONV` is on (sglang_plugin/tree_conv.py).
+routes DDTREE's hybrid verify through it unless `DDTREE_SGLANG_TREE_CONV=0` (sglang_plugin/tree_conv.py).
 """
 
 from __future__ import annotations
