@@ -13,8 +13,10 @@ the rows a runtime argument: one compile serves every width.
    program in global memory hold the array, each round reading one and writing the other, a barrier after.
    With `reg_parents` (off by default until timed on a GPU: benchmarks/sglang_h200/conv_verify_kernel.py's
    `engine-reg` arm), a request of at most REG_ROWS rows keeps the array in registers instead (the links by an
-   [RR, RR] comparison, the jumps by `tl.gather`): no scratch and no barrier, the ~2 µs the kernel costs over
-   the chain conv at 16 rows on an H100 being, it is thought, those round trips.
+   [RR, RR] comparison, the jumps by `tl.gather`, within a warp): no global scratch and no round trips through
+   it, though the layout conversions after the comparison's reductions still take ~3 CTA barriers (7 `bar.sync`
+   against the default's 4 for sm_90 at 4 warps). Whether that beats the ~2 µs the kernel costs over the chain
+   conv at 16 rows on an H100 is for the GPU to say.
 2. the rows, BLOCK_R at a time (a runtime loop): each of the K taps is a gather, of x at the ancestor's
    row or of the conv state's column once the walk has left the tree at row 0, so a row costs K
    gathers whatever the tree.
@@ -85,7 +87,7 @@ def _scratch_parents(nt_ptr, ns_ptr, par_ptr, scratch, rows, rounds, write_par, 
 def _register_parents(nt_ptr, ns_ptr, par_ptr, rows, rounds, write_par, RR: tl.constexpr):
     """The same parents for at most RR rows, returned in registers: each row's encoding (as _scratch_parents') by an
     [RR, RR] comparison, a sibling link winning as its store comes second there; the pointer jumping by gathers; no
-    scratch, no barrier."""
+    global scratch (the reductions' layout conversions still synchronise the block)."""
     r = tl.arange(0, RR)
     in_rows = r < rows
     nt = tl.load(nt_ptr + r, mask=in_rows, other=-1)
