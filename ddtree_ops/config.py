@@ -115,6 +115,11 @@ class Engine(_Strict):
                 "hybrid_mode 'unsafe' corrupts output on hybrid models (sibling state leakage); "
                 "it is for diagnosis only: set engine.allow_hybrid_unsafe: true to use it anyway"
             )
+        if self.hybrid_mode == "spine" and self.backend == "sglang":
+            raise ValueError(
+                "hybrid_mode 'spine' is implemented in the reference backend only; SGLang's DDTREE worker refuses it "
+                "on a hybrid target at startup: use hybrid_mode 'safe' (exact) with backend 'sglang'"
+            )
         return self
 
 

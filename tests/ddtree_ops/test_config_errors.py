@@ -185,6 +185,18 @@ def test_duplicate_names_and_unknown_hosts_are_named_by_path(tmp_path):
     assert "services[2].hosts: unknown host(s) 'gpu-9'; known hosts: ['gpu-1']" in problems
 
 
+def test_spine_hybrid_mode_on_the_sglang_backend_is_refused_before_any_host(tmp_path):
+    # SGLang's worker refuses it on a hybrid target at startup (sglang_plugin/worker.py check_supported): say it here.
+    doc = changed((["engine", "backend"], "sglang"), (["engine", "target"], "/models/t"), (["engine", "draft"], "/models/d"),
+                  (["engine", "hybrid_mode"], "spine"))
+    problems = problems_of(doc, tmp_path)
+    assert any("hybrid_mode 'spine' is implemented in the reference backend only" in p and "use hybrid_mode 'safe'" in p
+               for p in problems), problems
+    # The reference backend takes it: a document wrong elsewhere (a misspelt key) gets that problem only.
+    other = problems_of(changed((["deploy", "helth"], 1)), tmp_path)
+    assert problems_of(changed((["engine", "hybrid_mode"], "spine"), (["deploy", "helth"], 1)), tmp_path) == other
+
+
 def test_model_validate_reports_the_same_problems():
     # Code that builds a Project without the file (tests, the lab) gets the same checks.
     with pytest.raises(ValidationError) as caught:

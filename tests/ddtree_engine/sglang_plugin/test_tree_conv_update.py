@@ -153,6 +153,12 @@ def test_install_follows_the_switch_and_wraps_once(sglang_plugin, monkeypatch):
     monkeypatch.delenv(tree_conv.ENV)  # on by default
     assert tree_conv.install() is True and tree_conv.install() is True
     assert module.causal_conv1d_update.original is sglang_update()
+    # A build whose gdn_backend binds another conv (NPU, CPU): left as it is.
+    def npu_update(*args, **kwargs):
+        raise AssertionError("not called")
+
+    module.causal_conv1d_update = npu_update
+    assert tree_conv.install() is False and module.causal_conv1d_update is npu_update
 
 
 def test_the_patched_name_is_what_sglangs_gdn_backend_calls_in_target_verify():

@@ -407,18 +407,27 @@ def method_source(text: str, cls_name: str, name: str) -> str:
     return " ".join(ast.get_source_segment(text, next(f for f in cls.body if getattr(f, "name", None) == name)).split())
 
 
-def test_the_tree_conv_goes_in_for_a_hybrid_target_by_sglangs_own_test_at_construction():
-    """The worker installs the tree-conv router (tree_conv.install, on by default) in its constructor, for hybrid
-    targets only. SGLang's hybrid flag is False there (set in init_attention_backends, after the constructor), so
-    the worker asks what that flag's first half asks: mambaish_config of the target's model config."""
+def test_what_the_constructor_asks_of_the_target_it_asks_by_sglangs_own_tests():
+    """SGLang's hybrid flag, _need_mamba_verify_commit, is False through the constructor (set in
+    init_attention_backends, after it), so the constructor and what it calls (check_supported: spine refused on a
+    hybrid target; _log_memory: the GDN states; tree_conv.install: the GDN backend's conv) never read it: they ask
+    mambaish_config (what the flag's first half asks) and hybrid_gdn_config (the GDN layers gdn_backend serves)."""
     _, dflash = module_source("sglang.srt.speculative.dflash_worker_v2")
     assert "self._need_mamba_verify_commit = False" in method_source(dflash, "DFlashWorkerV2", "__init__")
     backends = method_source(dflash, "DFlashWorkerV2", "init_attention_backends")
     assert "self._need_mamba_verify_commit = mambaish_config( self.model_runner.model_config ) is not None" in backends
-    ours = method_source(WORKER.read_text(), "DDTreeWorker", "__init__")
-    assert "hybrid = mambaish_config(self.model_runner.model_config) is not None" in ours
-    assert "self._tree_conv = tree_conv.install() if hybrid else None" in ours
-    cls = next(n for n in ast.walk(ast.parse(WORKER.read_text())) if isinstance(n, ast.ClassDef) and n.name == "DDTreeWorker")
-    init = next(f for f in cls.body if getattr(f, "name", None) == "__init__")
-    read = {n.attr for n in ast.walk(init) if isinstance(n, ast.Attribute)}
-    assert "_need_mamba_verify_commit" not in read  # always False in the constructor
+    _, arch = module_source("sglang.srt.configs.hybrid_arch")
+    assert "or hybrid_gdn_config(model_config)" in " ".join(function_source(arch, "mambaish_config").split())
+    text = WORKER.read_text()
+    ours = method_source(text, "DDTreeWorker", "__init__")
+    assert "self._hybrid = mambaish_config(self.model_runner.model_config) is not None" in ours
+    assert "self._gdn = hybrid_gdn_config(self.model_runner.model_config) is not None" in ours
+    assert ours.index("self._gdn = ") < ours.index("self.check_supported()")
+    assert "self._tree_conv = tree_conv.install() if self._gdn else None" in ours
+    assert 'if self.hybrid_mode == "spine" and self._hybrid:' in method_source(text, "DDTreeWorker", "check_supported")
+    assert "if not self._gdn: return" in method_source(text, "DDTreeWorker", "_log_memory")
+    cls = next(n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.ClassDef) and n.name == "DDTreeWorker")
+    for name in ("__init__", "check_supported", "_log_memory"):
+        method = next(f for f in cls.body if getattr(f, "name", None) == name)
+        read = {n.attr for n in ast.walk(method) if isinstance(n, ast.Attribute)}
+        assert "_need_mamba_verify_commit" not in read, name  # always False while these run

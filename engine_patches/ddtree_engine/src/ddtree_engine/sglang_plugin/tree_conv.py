@@ -79,12 +79,19 @@ def install() -> bool:
     """Route `gdn_backend`'s tree verify conv through the engine's kernel in this process (once).
 
     Returns:
-        True when installed by this call or before, False when the switch is off.
+        True when installed by this call or before; False when the switch is off, or when the name is not SGLang's
+        Triton conv (an NPU or CPU build of gdn_backend binds its own, which the kernel cannot serve).
     """
     if not enabled():
         return False
+    from sglang.kernels.ops.mamba.causal_conv1d_triton import causal_conv1d_update as triton_update
+
     module = importlib.import_module(TARGET[0])
     current = getattr(module, TARGET[1])
+    if getattr(current, "original", None) is None and current is not triton_update:
+        logger.info("DDTREE: gdn_backend's conv update is not SGLang's Triton one (%s): left as it is",
+                    getattr(current, "__module__", current))
+        return False
     if getattr(current, "original", None) is None:
         setattr(module, TARGET[1], router(current))
         logger.info("DDTREE: the hybrid verify's tree conv runs kernels/tree_conv_update (%s=0: SGLang's)", ENV)

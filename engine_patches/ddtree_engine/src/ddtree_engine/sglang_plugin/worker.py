@@ -44,7 +44,7 @@ import torch
 
 from sglang.kernels.ops.speculative.cache_locs import assign_extend_cache_locs_func
 from sglang.kernels.ops.speculative.dflash import _prepare_dflash_draft_block_unchecked
-from sglang.srt.configs.hybrid_arch import mambaish_config
+from sglang.srt.configs.hybrid_arch import hybrid_gdn_config, mambaish_config
 from sglang.srt.lora.layers import unwrap_lora_layer
 from sglang.srt.managers.scheduler import GenerationBatchResult
 from sglang.srt.model_executor.forward_batch_info import (
@@ -146,6 +146,11 @@ class DDTreeWorker(DFlashWorkerV2):
         self._preps = TreePreps(self._tree_step, self.depths, self.vocab_size, self.device, graph=self._prep_graphs, pool=self._graph_pool)
         self._trace_path = os.environ.get(TRACE_ENV) or None
         self._metrics = StepMetrics(self.budget, self.nodes, device=self.device)
+        # Whether the target has linear-attention (recurrent) layers, and whether they are Gated-DeltaNet's, by
+        # SGLang's own tests: its flag for the first, _need_mamba_verify_commit, is set only in
+        # init_attention_backends, after this constructor (False all through it).
+        self._hybrid = mambaish_config(self.model_runner.model_config) is not None
+        self._gdn = hybrid_gdn_config(self.model_runner.model_config) is not None
         self.check_supported()
         # After the check: a setting it refuses (tp > 1 splits the LM head) is said before any compile.
         started = time.perf_counter()
@@ -155,18 +160,16 @@ class DDTreeWorker(DFlashWorkerV2):
         # The target's verify graphs, when SGLang captures them (after this constructor), carry
         # the tree mask (graph_runner.py); the verify pads its rows to their width (padding.py).
         graph_runner.install(self.target_worker.model_runner)
-        # A hybrid target's verify tree conv through the engine's kernel unless DDTREE_SGLANG_TREE_CONV=0 (tree_conv.py);
-        # an attention target has no conv to route. (SGLang's own hybrid flag, _need_mamba_verify_commit, is set
-        # only later, in init_attention_backends.)
-        hybrid = mambaish_config(self.model_runner.model_config) is not None
-        self._tree_conv = tree_conv.install() if hybrid else None
+        # A Gated-DeltaNet target's verify tree conv through the engine's kernel unless DDTREE_SGLANG_TREE_CONV=0
+        # (tree_conv.py routes gdn_backend's calls; other hybrids' backends call SGLang's conv through their own names).
+        self._tree_conv = tree_conv.install() if self._gdn else None
         self._log_memory()
         logger.info(
             "DDTREE worker: block %d (depths %d), budget %d -> %d tree nodes (verify width %d), topk %d, "
             "spine %d, hybrid target %s (mode %s), tree conv %s",
             self.block_size, self.depths, self.budget, self.nodes, self.verify_width, self.topk,
-            self.spine_depth, hybrid, self.hybrid_mode,
-            {True: "kernels/tree_conv_update", False: "SGLang's", None: "none (attention target)"}[self._tree_conv],
+            self.spine_depth, self._hybrid, self.hybrid_mode,
+            {True: "kernels/tree_conv_update", False: "SGLang's", None: "none of the engine's (no Gated-DeltaNet layers)"}[self._tree_conv],
         )
 
     def check_supported(self) -> None:
@@ -182,7 +185,7 @@ class DDTreeWorker(DFlashWorkerV2):
             problems.append("selector / LiLiCorr / Domino drafters (use a plain DFlash drafter)")
         if self.page_size != 1:
             problems.append(f"page size {self.page_size} (use --page-size 1)")
-        if self.hybrid_mode == "spine" and self._need_mamba_verify_commit:
+        if self.hybrid_mode == "spine" and self._hybrid:
             problems.append(
                 "--speculative-ddtree-hybrid-mode spine in SGLang (use safe, exact parent-indexed states; "
                 "spine is implemented in the reference backend, ddtree-engine serve)"
@@ -201,7 +204,7 @@ class DDTreeWorker(DFlashWorkerV2):
             ))
         except Exception as exc:  # a head this release lays out otherwise: say so, do not stop the server
             logger.info("DDTREE tree-step memory: not determined (%s)", exc)
-        if not self._need_mamba_verify_commit:
+        if not self._gdn:
             return
         try:
             config = self.model_runner.model_config.hf_text_config.to_dict()
