@@ -173,14 +173,12 @@ def _tree_conv_update_kernel(
     scratch = scratch_ptr + (seq * tl.num_programs(1) + block) * 2 * rows
     parents = scratch + (rounds % 2) * rows
     regs = tl.zeros([RR], dtype=tl.int32)
+    in_regs = False  # a compile-time False without REG_PARENTS: the register path is not compiled at all
     if REG_PARENTS:
         in_regs = rows <= RR
-        if in_regs:
-            regs = _register_parents(nt_ptr + seq * stride_nt, ns_ptr + seq * stride_ns, par_ptr + seq * stride_par,
-                                     rows, rounds, block == 0, RR)
-        else:
-            _scratch_parents(nt_ptr + seq * stride_nt, ns_ptr + seq * stride_ns, par_ptr + seq * stride_par, scratch,
-                             rows, rounds, block == 0, CHUNK)
+    if in_regs:
+        regs = _register_parents(nt_ptr + seq * stride_nt, ns_ptr + seq * stride_ns, par_ptr + seq * stride_par,
+                                 rows, rounds, block == 0, RR)
     else:
         _scratch_parents(nt_ptr + seq * stride_nt, ns_ptr + seq * stride_ns, par_ptr + seq * stride_par, scratch,
                          rows, rounds, block == 0, CHUNK)
@@ -215,11 +213,8 @@ def _tree_conv_update_kernel(
                         mask=m,
                     )
             if j < K - 1:
-                if REG_PARENTS:
-                    if in_regs:
-                        up = tl.gather(regs, tl.minimum(tl.maximum(v, 0), RR - 1), 0)
-                    else:
-                        up = tl.load(parents + tl.maximum(v, 0), mask=(t < rows) & (v > 0), other=0)
+                if in_regs:
+                    up = tl.gather(regs, tl.minimum(tl.maximum(v, 0), RR - 1), 0)
                 else:
                     up = tl.load(parents + tl.maximum(v, 0), mask=(t < rows) & (v > 0), other=0)
                 v = tl.where(v > 0, up, v - 1)
