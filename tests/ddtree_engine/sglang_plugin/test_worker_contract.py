@@ -402,9 +402,13 @@ def test_the_tree_verify_kernel_grows_with_the_steps_rows_as_step_max_rows_reads
     assert "tl.sum(\n                    tl.where(token_indices == step_idx, parent_idx_tokens, 0)" in body
 
 
-def method_source(text: str, cls_name: str, name: str) -> str:
+def method_node(text: str, cls_name: str, name: str) -> ast.FunctionDef:
     cls = next(n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.ClassDef) and n.name == cls_name)
-    return " ".join(ast.get_source_segment(text, next(f for f in cls.body if getattr(f, "name", None) == name)).split())
+    return next(f for f in cls.body if getattr(f, "name", None) == name)
+
+
+def method_source(text: str, cls_name: str, name: str) -> str:
+    return " ".join(ast.get_source_segment(text, method_node(text, cls_name, name)).split())
 
 
 def test_what_the_constructor_asks_of_the_target_it_asks_by_sglangs_own_tests():
@@ -426,8 +430,6 @@ def test_what_the_constructor_asks_of_the_target_it_asks_by_sglangs_own_tests():
     assert "self._tree_conv = tree_conv.install() if self._gdn else None" in ours
     assert 'if self.hybrid_mode == "spine" and self._hybrid:' in method_source(text, "DDTreeWorker", "check_supported")
     assert "if not self._gdn: return" in method_source(text, "DDTreeWorker", "_log_memory")
-    cls = next(n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.ClassDef) and n.name == "DDTreeWorker")
     for name in ("__init__", "check_supported", "_log_memory"):
-        method = next(f for f in cls.body if getattr(f, "name", None) == name)
-        read = {n.attr for n in ast.walk(method) if isinstance(n, ast.Attribute)}
+        read = {n.attr for n in ast.walk(method_node(text, "DDTreeWorker", name)) if isinstance(n, ast.Attribute)}
         assert "_need_mamba_verify_commit" not in read, name  # always False while these run
