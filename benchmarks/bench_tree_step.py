@@ -12,7 +12,7 @@ Rows, over the same [L=15, V=151,936] bf16 draft logits:
 - kernel graph: the same captured once in a CUDA graph and replayed (what a serving loop runs).
 
 Each budget's "PDL" and "plain launches" rows are its step with and without programmatic dependent launch
-(kernels/gdc.py: pdl=True / False; the main row takes the default, DDTREE_PDL else off), and "fused PDL" the
+(kernels/gdc.py: pdl=True / False; the main row takes the default, DDTREE_PDL else on where the GPU can), and "fused PDL" the
 one-launch build with it, measured in the same run; "64-bit keys" and "PDL 64-bit keys" the step whose top-K
 first pass ranks 64-bit keys, as before 2026-12-05 (topk_logprobs.kernel.KEYS32 off; the stage table has that
 pass + walk beside the default's); "rounds 1024/8/1w" and "PDL rounds 1024/8/1w" the step whose first pass

@@ -44,7 +44,7 @@ def test_the_environment_turns_it_on_where_the_gpu_can(monkeypatch):
     cuda = torch.zeros(1, device="cuda")
     hopper = torch.cuda.get_device_capability()[0] >= 9
     monkeypatch.delenv(gdc.ENV, raising=False)
-    assert gdc.enabled(cuda) is (hopper and gdc.DEFAULT)
+    assert gdc.DEFAULT is True and gdc.enabled(cuda) is hopper  # on by default where the GPU can
     monkeypatch.setenv(gdc.ENV, "1")
     assert gdc.enabled(cuda) is hopper and TreeStep(3, 30, 5, 2, "cuda").pdl is hopper
     assert gdc.launch_options(cuda) == ({"GDC": True, "launch_pdl": True} if hopper else {"GDC": False})

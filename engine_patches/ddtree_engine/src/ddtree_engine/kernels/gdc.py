@@ -11,7 +11,7 @@ launched early. The result is the same arrays; only the launch gaps change.
 
 `launch_options` decides per call: where the device can (CUDA tensors on compute capability 9.0 or
 later), `DDTREE_PDL=1` (true, yes, on) turns it on and `DDTREE_PDL=0` (false, no, off) off; unset,
-`DEFAULT`. Never on the CPU
+`DEFAULT` (on). Never on the CPU
 (TRITON_INTERPRET=1 has no griddepcontrol) or older GPUs, where the kernels compile without the two
 instructions.
 """
@@ -26,17 +26,17 @@ import triton
 import triton.language as tl
 
 ENV = "DDTREE_PDL"
-# Off by default. Measured on the H200 on 2026-12-05 (benchmarks/results/bench_tree_step_20261205_030749.*): the
-# graphed step 2.1-2.9 us faster at every budget (budget 15 25.7 against 27.8 us, 256 48.9 against 51.8), the same
-# arrays as plain launches on 4 shapes x 24 graph replays (test_gdc.py), and in SGLang the lab pair's DDTREE 15/8
-# with CUDA graphs token-identical to AR on 8 of 8 prompts (sglang_h200_wide_2026-12-05.json). On an H100 the same
-# day: the break-check caught (benchmarks/h200_pdl_check.sh), the kernel and SGLang-worker suites with DDTREE_PDL=1
-# failed nothing but were cut by the calls' limits, and SGLang's DDTREE 128/8 with graphs and PDL equalled AR on 8
-# of 8 (sglang_h100_wide128_2026-12-05.json). On an H100 on 2026-12-06 two cut runs of test_tree_build.py with it
-# passed 476 and 483 of its 495 and failed none (pdl_check_20261206_h100_tree_build.txt). Still to run with it before
-# it becomes the default: the 12 neither reached (test_more_warps_give_the_same_trees_on_the_gpu,
-# test_best_first_selection_is_a_static_order_of_the_full_tree), by node id (benchmarks/h200_pdl_check.sh).
-DEFAULT = False
+# On by default (Hopper and later) since 2026-12-06. Measured on the H200 on 2026-12-05
+# (benchmarks/results/bench_tree_step_20261205_030749.*): the graphed step 2.1-2.9 us faster at every budget
+# (budget 15 25.7 against 27.8 us, 256 48.9 against 51.8); on an H100 on 2026-12-06 24.4 against 26.6 at budget 15
+# (bench_tree_step_20261206_035638_h100.*). Checked with it: the same arrays as plain launches on 4 shapes x 24 graph
+# replays (test_gdc.py), and the break-check (that test fails on an engine whose kernels do not wait,
+# benchmarks/h200_pdl_check.sh); the kernel and SGLang-worker suites with DDTREE_PDL=1 on H100s on 2026-12-05/06,
+# test_tree_build.py whole but for 3 cases that a 420 s call reaches with PDL or without (the threshold build at
+# 2/4/8 warps: a compile per budget), all passed (pdl_check_2026120[56]_h100_*.txt); in SGLang the lab pair's
+# DDTREE 15/8 and 128/8 with CUDA graphs token-identical to AR on 8 of 8 prompts (sglang_h*_wide*_2026-12-05.json).
+# DDTREE_PDL=0 launches them plainly.
+DEFAULT = True
 # The words of the engine's on/off switches (sglang_plugin/prep.env_switch; ddtree_ops/knowledge/engine_env.yaml).
 _ON, _OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 

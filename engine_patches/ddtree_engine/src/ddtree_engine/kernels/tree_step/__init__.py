@@ -54,7 +54,7 @@ class TreeStep:
             `rounds`); the same arrays.
         pdl: launch the kernels with programmatic dependent launch (kernels/gdc.py: each kernel's programs
             start while the one before drains, then wait for its writes) where the GPU can (compute capability
-            9.0 and later); None: as DDTREE_PDL says, else gdc.DEFAULT (off). The same arrays either way.
+            9.0 and later); None: as DDTREE_PDL says, else gdc.DEFAULT (on). The same arrays either way.
     """
 
     def __init__(
