@@ -8,9 +8,8 @@ x as the backend's transposed view, the conv-state pool [lines, dim, K-1] with c
 intermediate windows [lines, rows, dim, K-1], bs 1). Per (conv dim, rows, tree) it captures one CUDA graph of
 LAYERS launches for each arm and prints the replay time per launch and each arm's ratio to the chain,
 medians over ROUNDS rounds of REPLAYS replays, arms interleaved within a round. Arms: `chain` (no links:
-DFLASH's verify), `sglang` (SGLang's tree path, DDTREE's with DDTREE_SGLANG_TREE_CONV=0), `engine` (what the plugin
-routes the tree path to, DDTREE_SGLANG_TREE_CONV on by default), `engine-reg` (the same kernel with reg_parents: a
-request of at most 32 rows finds its parents in registers; not yet the plugin's). Every engine launch is checked bit for bit against SGLang's (the
+DFLASH's verify), `sglang` (SGLang's tree path, DDTREE's with DDTREE_SGLANG_TREE_CONV=0), `engine` (what the plugin routes the tree
+path to, DDTREE_SGLANG_TREE_CONV on by default). Every engine launch is checked bit for bit against SGLang's (the
 outputs, the conv state, every row's window, the parents). Rows 16 and 33 (budget 15 and 32); 129 (budget 128)
 is compiled only with WIDE=1 (SGLang's kernel compiles ~90-170 s there; 257: ~8 min, not run).
 Exit 1 on a mismatch.
@@ -81,18 +80,13 @@ class Layer:
         return [a.clone() for a in (self.out, self.state, self.windows, self.parents)]
 
 
-def engine_update(x, conv_state, weight, bias, activation, reg_parents=False, **kw):
+def engine_update(x, conv_state, weight, bias, activation, **kw):
     from ddtree_engine.kernels.tree_conv_update.kernel import tree_conv_update
 
     return tree_conv_update(x, conv_state, weight, bias, activation == "silu", kw["conv_state_indices"],
                             kw["intermediate_conv_window"], kw["intermediate_state_indices"], kw["retrieve_next_token"],
                             kw["retrieve_next_sibling"], kw["retrieve_parent_token"],
-                            pdl=x.is_cuda and torch.cuda.get_device_capability()[0] >= 9, reg_parents=reg_parents)
-
-
-def engine_reg_update(*args, **kw):
-    """The engine's kernel with a short request's parents in registers (tree_conv_update's reg_parents)."""
-    return engine_update(*args, reg_parents=True, **kw)
+                            pdl=x.is_cuda and torch.cuda.get_device_capability()[0] >= 9)
 
 
 def same_arrays(layers, sglang, engine) -> bool:
@@ -122,15 +116,13 @@ def main(out_dir: str, smoke: bool = False) -> int:
         for rows in widths:
             for tree_name, parents in trees(rows).items():
                 layers = [Layer(dim, rows, parents, seed, device) for seed in range(layers_n)]
-                for name, engine in (("engine", engine_update), ("engine-reg", engine_reg_update)):
-                    if not same_arrays(layers, sglang, engine):
-                        mismatches.append(f"{dim_name} rows {rows} {tree_name} {name}")
+                if not same_arrays(layers, sglang, engine_update):
+                    mismatches.append(f"{dim_name} rows {rows} {tree_name}")
                 if smoke:
                     print(f"{dim_name} rows {rows} {tree_name}: checked", flush=True)
                     continue
                 arms = {"chain": capture(layers, sglang, False), "sglang": capture(layers, sglang, True),
-                        "engine": capture(layers, engine_update, True),
-                        "engine-reg": capture(layers, engine_reg_update, True)}
+                        "engine": capture(layers, engine_update, True)}
                 rounds = {name: [] for name in arms}
                 for _ in range(ROUNDS):
                     for name, graph in arms.items():
@@ -138,13 +130,11 @@ def main(out_dir: str, smoke: bool = False) -> int:
                 med = {name: statistics.median(v) for name, v in rounds.items()}
                 row = {"dim": dim_name, "rows": rows, "tree": tree_name, "us_per_launch": med, "rounds_us": rounds,
                        "sglang_over_chain": med["sglang"] / med["chain"], "engine_over_chain": med["engine"] / med["chain"],
-                       "engine_over_sglang": med["engine"] / med["sglang"],
-                       "engine_reg_over_chain": med["engine-reg"] / med["chain"]}
+                       "engine_over_sglang": med["engine"] / med["sglang"]}
                 results.append(row)
                 print(f"{dim_name:18s} rows {rows:3d} {tree_name:12s} chain {med['chain']:6.2f}  "
                       f"sglang {med['sglang']:6.2f} ({row['sglang_over_chain']:.2f}x)  engine {med['engine']:6.2f} "
-                      f"({row['engine_over_chain']:.2f}x the chain, {row['engine_over_sglang']:.2f}x sglang)  engine-reg "
-                      f"{med['engine-reg']:6.2f} ({row['engine_reg_over_chain']:.2f}x the chain) us/launch",
+                      f"({row['engine_over_chain']:.2f}x the chain, {row['engine_over_sglang']:.2f}x sglang) us/launch",
                       flush=True)
     print("engine == sglang bit for bit:", "yes" if not mismatches else f"NO: {mismatches}")
     os.makedirs(out_dir, exist_ok=True)

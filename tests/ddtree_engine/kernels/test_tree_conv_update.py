@@ -73,12 +73,12 @@ def case(trees: list[list[int]], rows: int, channels: int, width: int, dtype, se
     return args
 
 
-def run_both(args: dict, reg_parents: bool = False):
+def run_both(args: dict):
     """(reference's arrays, kernel's arrays): out, conv_state, windows, parents, each side on its own copies."""
     results = []
     for side, device in ((reference, "cpu"), (kernel, DEVICE)):
         mine = {k: (v.clone().to(device) if isinstance(v, torch.Tensor) else v) for k, v in args.items()}
-        out = side.tree_conv_update(**mine, **({"reg_parents": True} if side is kernel and reg_parents else {}))
+        out = side.tree_conv_update(**mine)
         arrays = [out, mine["conv_state"], mine["intermediate_conv_window"], mine["retrieve_parent_token"]]
         results.append([a.cpu() if a is not None else None for a in arrays])
     return results
@@ -96,22 +96,18 @@ def assert_same(ref, got, dtype, skip=()):
     assert torch.equal(par[keep], par_ref[keep])
 
 
-# reg_parents: a request of at most kernel.REG_ROWS rows finds its parents in registers ("fan under a child" has
-# exactly 32 rows, "random 33" one more: the scratch path in the same kernel).
-@pytest.mark.parametrize("reg_parents", [False, True], ids=["scratch parents", "register parents"])
 @pytest.mark.parametrize("width", [2, 3, 4, 5])
 @pytest.mark.parametrize("name", sorted(SHAPES))
-def test_every_tree_shape_and_width_matches_the_reference(name, width, reg_parents):
+def test_every_tree_shape_and_width_matches_the_reference(name, width):
     parents = SHAPES[name]
     args = case([parents], len(parents), 20, width, torch.float32, seed=width)
-    assert_same(*run_both(args, reg_parents), torch.float32)
+    assert_same(*run_both(args), torch.float32)
 
 
-@pytest.mark.parametrize("reg_parents", [False, True], ids=["scratch parents", "register parents"])
-def test_a_batch_of_different_trees_with_pad_rows_and_a_pad_slot(reg_parents):
+def test_a_batch_of_different_trees_with_pad_rows_and_a_pad_slot():
     trees = [SHAPES["random 17"], SHAPES["star (depth 1)"], SHAPES["chain"], SHAPES["root only"]]
     args = case(trees, 24, 40, 4, torch.float16, seed=3, pad_slot_at=2)
-    ref, got = run_both(args, reg_parents)
+    ref, got = run_both(args)
     assert_same(ref, got, torch.float16, skip=(2,))
     # The pad slot's request is skipped: no parents written (the -7s stay).
     assert torch.all(got[3][2] == -7)

@@ -11,12 +11,9 @@ the rows a runtime argument: one compile serves every width.
    link to the row; then rounds of pointer jumping along the sibling links (r rounds resolve a row up to
    2**r - 1 siblings past its chain's first) give every row its chain's parent. Two scratch rows of the
    program in global memory hold the array, each round reading one and writing the other, a barrier after.
-   With `reg_parents` (off by default until timed on a GPU: benchmarks/sglang_h200/conv_verify_kernel.py's
-   `engine-reg` arm), a request of at most REG_ROWS rows keeps the array in registers instead (the links by an
-   [RR, RR] comparison, the jumps by `tl.gather`, within a warp): no global scratch and no round trips through
-   it, though the layout conversions after the comparison's reductions still take ~3 CTA barriers (7 `bar.sync`
-   against the default's 4 for sm_90 at 4 warps). Whether that beats the ~2 µs the kernel costs over the chain
-   conv at 16 rows on an H100 is for the GPU to say.
+   (Keeping a short request's parents in registers instead, an [R, R] comparison and gathers, was tried and
+   timed on an H100 on 2026-12-06: 0.16-0.30 us faster a launch at 16 rows, 1.4-1.6 us slower at 33;
+   benchmarks/results/conv_verify_kernel_20261206b_h100.json, the variant in commit 53cd77b.)
 2. the rows, BLOCK_R at a time (a runtime loop): each of the K taps is a gather, of x at the ancestor's
    row or of the conv state's column once the walk has left the tree at row 0, so a row costs K
    gathers whatever the tree.
@@ -37,72 +34,7 @@ from ..gdc import gdc_enter
 
 # The integer arguments that change with the verify width or the batch: not specialised on (Triton otherwise
 # compiles a variant for a value of 1 and for multiples of 16), so one compile serves every width.
-# With reg_parents, requests of at most this many verify rows (budget 31) find their parents in registers.
-REG_ROWS = 32
 RUNTIME_ARGS = ("rows", "rounds", "stride_x_seq", "stride_i_line", "stride_nt", "stride_ns", "stride_par", "stride_o_seq")
-
-
-@triton.jit
-def _scratch_parents(nt_ptr, ns_ptr, par_ptr, scratch, rows, rounds, write_par, CHUNK: tl.constexpr):
-    """Every row's parent into scratch + (rounds % 2) * rows (and par_ptr when write_par), CHUNK rows at a time.
-    Encoding: p >= 0 the parent, -1 nobody's child or sibling (-> 0, as SGLang's initial value), p <= -2 not
-    resolved yet: the same parent as row -2 - p (a previous sibling). Two scratch rows: round i reads one and writes
-    the other, so no row is read after it is rewritten; a barrier after each step."""
-    for c0 in range(0, rows, CHUNK):
-        r = c0 + tl.arange(0, CHUNK)
-        tl.store(scratch + r, tl.full([CHUNK], -1, tl.int32), mask=r < rows)
-    tl.debug_barrier()
-    for c0 in range(0, rows, CHUNK):
-        r = c0 + tl.arange(0, CHUNK)
-        in_rows = r < rows
-        nt = tl.load(nt_ptr + r, mask=in_rows, other=-1)
-        ns = tl.load(ns_ptr + r, mask=in_rows, other=-1)
-        tl.store(scratch + nt, r, mask=in_rows & (nt >= 0) & (nt < rows))
-        tl.store(scratch + ns, -2 - r, mask=in_rows & (ns >= 0) & (ns < rows))
-    tl.debug_barrier()
-    for i in range(rounds):
-        src = scratch + (i % 2) * rows
-        dst = scratch + ((i + 1) % 2) * rows
-        for c0 in range(0, rows, CHUNK):
-            r = c0 + tl.arange(0, CHUNK)
-            in_rows = r < rows
-            p = tl.load(src + r, mask=in_rows, other=-1)
-            linked = p <= -2
-            q = tl.load(src + (-2 - p), mask=in_rows & linked, other=0)
-            tl.store(dst + r, tl.where(linked, tl.where(q == -1, 0, q), p), mask=in_rows)
-        tl.debug_barrier()
-    parents = scratch + (rounds % 2) * rows
-    for c0 in range(0, rows, CHUNK):
-        r = c0 + tl.arange(0, CHUNK)
-        in_rows = r < rows
-        p = tl.load(parents + r, mask=in_rows, other=0)
-        p = tl.where(p < 0, 0, p)
-        tl.store(parents + r, p, mask=in_rows)
-        if write_par:
-            tl.store(par_ptr + r, p, mask=in_rows)
-    tl.debug_barrier()
-
-
-@triton.jit
-def _register_parents(nt_ptr, ns_ptr, par_ptr, rows, rounds, write_par, RR: tl.constexpr):
-    """The same parents for at most RR rows, returned in registers: each row's encoding (as _scratch_parents') by an
-    [RR, RR] comparison, a sibling link winning as its store comes second there; the pointer jumping by gathers; no
-    global scratch (the reductions' layout conversions still synchronise the block)."""
-    r = tl.arange(0, RR)
-    in_rows = r < rows
-    nt = tl.load(nt_ptr + r, mask=in_rows, other=-1)
-    ns = tl.load(ns_ptr + r, mask=in_rows, other=-1)
-    child_of = tl.max(tl.where(nt[None, :] == r[:, None], r[None, :], -1), axis=1)
-    sibling_of = tl.max(tl.where(ns[None, :] == r[:, None], r[None, :], -1), axis=1)
-    p = tl.where(sibling_of >= 0, -2 - sibling_of, child_of)
-    for i in range(rounds):
-        linked = p <= -2
-        q = tl.gather(p, tl.where(linked, -2 - p, 0), 0)
-        p = tl.where(linked, tl.where(q == -1, 0, q), p)
-    p = tl.where(p < 0, 0, p)
-    if write_par:
-        tl.store(par_ptr + r, p, mask=in_rows)
-    return p
 
 
 @triton.jit(do_not_specialize=RUNTIME_ARGS)
@@ -152,8 +84,6 @@ def _tree_conv_update_kernel(
     CHUNK: tl.constexpr,
     BLOCK_R: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    REG_PARENTS: tl.constexpr,
-    RR: tl.constexpr,
     GDC: tl.constexpr,
 ):
     gdc_enter(GDC)
@@ -169,19 +99,43 @@ def _tree_conv_update_kernel(
         line = seq.to(tl.int64)
         inter_line = seq.to(tl.int64)
 
-    # 1. Parents: with REG_PARENTS and at most RR rows in registers, else in the program's two scratch rows.
+    # 1. Parents, CHUNK rows at a time. Encoding: p >= 0 the parent, -1 nobody's child or sibling (-> 0, as
+    # SGLang's initial value), p <= -2 not resolved yet: the same parent as row -2 - p (a previous sibling).
+    # Two scratch rows: round i reads one and writes the other, so no row is read after it is rewritten.
     scratch = scratch_ptr + (seq * tl.num_programs(1) + block) * 2 * rows
+    for c0 in range(0, rows, CHUNK):
+        r = c0 + tl.arange(0, CHUNK)
+        tl.store(scratch + r, tl.full([CHUNK], -1, tl.int32), mask=r < rows)
+    tl.debug_barrier()
+    for c0 in range(0, rows, CHUNK):
+        r = c0 + tl.arange(0, CHUNK)
+        in_rows = r < rows
+        nt = tl.load(nt_ptr + seq * stride_nt + r, mask=in_rows, other=-1)
+        ns = tl.load(ns_ptr + seq * stride_ns + r, mask=in_rows, other=-1)
+        tl.store(scratch + nt, r, mask=in_rows & (nt >= 0) & (nt < rows))
+        tl.store(scratch + ns, -2 - r, mask=in_rows & (ns >= 0) & (ns < rows))
+    tl.debug_barrier()
+    for i in range(rounds):
+        src = scratch + (i % 2) * rows
+        dst = scratch + ((i + 1) % 2) * rows
+        for c0 in range(0, rows, CHUNK):
+            r = c0 + tl.arange(0, CHUNK)
+            in_rows = r < rows
+            p = tl.load(src + r, mask=in_rows, other=-1)
+            linked = p <= -2
+            q = tl.load(src + (-2 - p), mask=in_rows & linked, other=0)
+            tl.store(dst + r, tl.where(linked, tl.where(q == -1, 0, q), p), mask=in_rows)
+        tl.debug_barrier()
     parents = scratch + (rounds % 2) * rows
-    regs = tl.zeros([RR], dtype=tl.int32)
-    in_regs = False  # a compile-time False without REG_PARENTS: the register path is not compiled at all
-    if REG_PARENTS:
-        in_regs = rows <= RR
-    if in_regs:
-        regs = _register_parents(nt_ptr + seq * stride_nt, ns_ptr + seq * stride_ns, par_ptr + seq * stride_par,
-                                 rows, rounds, block == 0, RR)
-    else:
-        _scratch_parents(nt_ptr + seq * stride_nt, ns_ptr + seq * stride_ns, par_ptr + seq * stride_par, scratch,
-                         rows, rounds, block == 0, CHUNK)
+    for c0 in range(0, rows, CHUNK):
+        r = c0 + tl.arange(0, CHUNK)
+        in_rows = r < rows
+        p = tl.load(parents + r, mask=in_rows, other=0)
+        p = tl.where(p < 0, 0, p)
+        tl.store(parents + r, p, mask=in_rows)
+        if block == 0:
+            tl.store(par_ptr + seq * stride_par + r, p, mask=in_rows)
+    tl.debug_barrier()
 
     # 2. The rows. Tap j of row t is ancestor j of t: v >= 0 a row of x, v < 0 state column K-1+v.
     feats = block * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -213,10 +167,7 @@ def _tree_conv_update_kernel(
                         mask=m,
                     )
             if j < K - 1:
-                if in_regs:
-                    up = tl.gather(regs, tl.minimum(tl.maximum(v, 0), RR - 1), 0)
-                else:
-                    up = tl.load(parents + tl.maximum(v, 0), mask=(t < rows) & (v > 0), other=0)
+                up = tl.load(parents + tl.maximum(v, 0), mask=(t < rows) & (v > 0), other=0)
                 v = tl.where(v > 0, up, v - 1)
         if SILU:
             acc = acc / (1 + tl.exp(-acc))
@@ -234,13 +185,12 @@ def _tree_conv_update_kernel(
 
 
 def constexprs(width: int, *, has_bias: bool, silu: bool, has_indices: bool, save_intermediate: bool,
-               block_r: int = 16, block_n: int = 128, chunk: int = 128, reg_parents: bool = False) -> dict:
+               block_r: int = 16, block_n: int = 128, chunk: int = 128) -> dict:
     """The kernel's compile-time constants for a launch (GDC aside): nothing of the rows or the batch is among them,
     so with RUNTIME_ARGS not specialised on, one compile serves every verify width (benchmarks/sglang_conv_compile.py
     compiles from this)."""
     return dict(K=width, HAS_BIAS=has_bias, SILU=silu, HAS_INDICES=has_indices, SAVE_INTERMEDIATE=save_intermediate,
-                KP2=triton.next_power_of_2(width - 1), CHUNK=chunk, BLOCK_R=block_r, BLOCK_N=block_n,
-                REG_PARENTS=reg_parents, RR=REG_ROWS)
+                KP2=triton.next_power_of_2(width - 1), CHUNK=chunk, BLOCK_R=block_r, BLOCK_N=block_n)
 
 
 def tree_conv_update(
@@ -260,10 +210,8 @@ def tree_conv_update(
     block_r: int = 16,
     block_n: int = 128,
     chunk: int = 128,
-    reg_parents: bool = False,
 ) -> torch.Tensor:
-    """reference.tree_conv_update's arrays in one launch (arguments as there; pdl: launch with PDL; reg_parents:
-    the parents of a request of at most REG_ROWS rows in registers, not in scratch rows behind barriers)."""
+    """reference.tree_conv_update's arrays in one launch (arguments as there; pdl: launch with PDL)."""
     batch, dim, rows = x.shape
     width = weight.shape[1]
     if not 2 <= width <= 5:
@@ -314,8 +262,7 @@ def tree_conv_update(
         *out.stride(),
         pad_slot_id,
         **constexprs(width, has_bias=bias is not None, silu=silu, has_indices=conv_state_indices is not None,
-                     save_intermediate=intermediate_conv_window is not None, block_r=block_r, block_n=block_n, chunk=chunk,
-                     reg_parents=reg_parents),
+                     save_intermediate=intermediate_conv_window is not None, block_r=block_r, block_n=block_n, chunk=chunk),
         **launch,
     )
     return out
