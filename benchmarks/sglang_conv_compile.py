@@ -74,7 +74,7 @@ def compile_seconds(rows: int, tree: bool = True) -> tuple[float, int]:
     return time.perf_counter() - start, compiled.asm["ptx"].count("\n")
 
 
-def ddtree_compile_seconds(rows: int, width: int = 4) -> tuple[float, int]:
+def ddtree_compile_seconds(rows: int, width: int = 4, parents_given: bool = False) -> tuple[float, int]:
     """The same for kernels/tree_conv_update, with the constants its launcher passes for that call (bf16 x and state,
     no bias, the windows kept, cache lines indexed). None of them depends on the rows (kernel.constexprs), so every
     width compiles the same code: compiled again here at each all the same, to show it."""
@@ -82,8 +82,8 @@ def ddtree_compile_seconds(rows: int, width: int = 4) -> tuple[float, int]:
     from ddtree_engine.kernels.tree_conv_update.kernel import constexprs
 
     del rows
-    cs = {**constexprs(width, has_bias=False, silu=True, has_indices=True, save_intermediate=True),
-          "GDC": False}
+    cs = {**constexprs(width, has_bias=False, silu=True, has_indices=True, save_intermediate=True,
+                       parents_given=parents_given), "GDC": False}
     pointers = {"nt_ptr": "*i64", "ns_ptr": "*i64", "par_ptr": "*i64", "scratch_ptr": "*i32", "state_idx_ptr": "*i32",
                 "inter_idx_ptr": "*i32"}
     params = list(inspect.signature(kernel.fn).parameters)
@@ -112,9 +112,11 @@ def main(argv: list[str] | None = None) -> int:
             seconds, lines = compile_seconds(rows, tree=tree)
             print(f"rows {rows:4d} (budget {rows - 1:3d}) {'tree ' if tree else 'chain'}: compile {seconds:6.1f} s, "
                   f"{lines} PTX lines", flush=True)
-        if args.ddtree:
-            seconds, lines = ddtree_compile_seconds(rows)
-            print(f"rows {rows:4d} (budget {rows - 1:3d}) ddtree: compile {seconds:6.1f} s, {lines} PTX lines", flush=True)
+        if args.ddtree:  # and its variant for a layer that takes the parents given (tree_conv_update's parents_given)
+            for given in (False, True):
+                seconds, lines = ddtree_compile_seconds(rows, parents_given=given)
+                print(f"rows {rows:4d} (budget {rows - 1:3d}) {'ddtree-given' if given else 'ddtree'}: compile "
+                      f"{seconds:6.1f} s, {lines} PTX lines", flush=True)
     return 0
 
 

@@ -8,9 +8,13 @@ x as the backend's transposed view, the conv-state pool [lines, dim, K-1] with c
 intermediate windows [lines, rows, dim, K-1], bs 1). Per (conv dim, rows, tree) it captures one CUDA graph of
 LAYERS launches for each arm and prints the replay time per launch and each arm's ratio to the chain,
 medians over ROUNDS rounds of REPLAYS replays, arms interleaved within a round. Arms: `chain` (no links:
-DFLASH's verify), `sglang` (SGLang's tree path, DDTREE's with DDTREE_SGLANG_TREE_CONV=0), `engine` (what the plugin routes the tree
-path to, DDTREE_SGLANG_TREE_CONV on by default). Every engine launch is checked bit for bit against SGLang's (the
-outputs, the conv state, every row's window, the parents). Rows 16 and 33 (budget 15 and 32); 129 (budget 128)
+DFLASH's verify), `sglang` (SGLang's tree path, DDTREE's with DDTREE_SGLANG_TREE_CONV=0), `engine` (the kernel the
+plugin routes the tree path to, DDTREE_SGLANG_TREE_CONV on by default: every layer finds its parents), `once` (the
+plugin's router with parents_once, as SGLang's GDN backend calls it: the first layer finds the parents, the others
+take them; not yet the default, sglang_plugin/tree_conv.py PARENTS_ONCE).
+The layers share one set of links and one parent buffer, as in SGLang's verify forward. Every engine launch, and the
+plugin's whole forward, is checked bit for bit against SGLang's (the outputs, the conv state, every row's window,
+the parents). Rows 16 and 33 (budget 15 and 32); 129 (budget 128)
 is compiled only with WIDE=1 (SGLang's kernel compiles ~90-170 s there; 257: ~8 min, not run).
 Exit 1 on a mismatch.
 """
@@ -55,7 +59,7 @@ def trees(rows: int) -> dict[str, list[int]]:
 
 
 class Layer:
-    def __init__(self, dim: int, rows: int, parents: list[int], seed: int, device: str):
+    def __init__(self, dim: int, rows: int, shared: dict, seed: int, device: str):
         g = torch.Generator(device=device).manual_seed(seed)
         r = lambda *s: torch.randn(*s, generator=g, device=device).bfloat16()  # noqa: E731
         dtype = torch.bfloat16 if device == "cuda" else torch.float32  # the interpreter rounds to bf16 wrongly
@@ -63,18 +67,22 @@ class Layer:
         self.state = r(4, WIDTH - 1, dim).to(dtype).transpose(1, 2)
         self.weight, self.bias = r(dim, WIDTH).to(dtype), r(dim).to(dtype)
         self.windows = torch.zeros(4, rows, dim, WIDTH - 1, dtype=dtype, device=device)
-        first, sibling = links(parents)
-        self.first = torch.tensor([first], device=device)
-        self.sibling = torch.tensor([sibling], device=device)
-        self.parents = torch.full((1, rows), -7, dtype=torch.long, device=device)
+        self.first, self.sibling, self.parents = shared["first"], shared["sibling"], shared["parents"]
+        self.layer_id = seed
         self.line = torch.tensor([2], dtype=torch.int32, device=device)
         self.out = None
 
     def run(self, fn, tree: bool):
         links = dict(retrieve_next_token=self.first, retrieve_next_sibling=self.sibling,
                      retrieve_parent_token=self.parents) if tree else {}
-        self.out = fn(self.x, self.state, self.weight, self.bias, "silu", conv_state_indices=self.line,
-                      intermediate_conv_window=self.windows, intermediate_state_indices=self.line, **links)
+        call = lambda backend, layer: fn(self.x, self.state, self.weight, self.bias, "silu",  # noqa: E731
+                                         conv_state_indices=self.line, intermediate_conv_window=self.windows,
+                                         intermediate_state_indices=self.line, **links)
+        if getattr(fn, "original", None) is not None:  # the plugin's router: inside GDNAttnBackend.forward_extend
+            from ddtree_engine.sglang_plugin.tree_conv import layer_scope
+
+            call = layer_scope(call)
+        self.out = call(None, self)
 
     def arrays(self):
         return [a.clone() for a in (self.out, self.state, self.windows, self.parents)]
@@ -90,22 +98,27 @@ def engine_update(x, conv_state, weight, bias, activation, **kw):
 
 
 def same_arrays(layers, sglang, engine) -> bool:
-    """One launch of each on every layer from the same inputs: SGLang's arrays and the engine's, compared."""
+    """One forward of each over the layers from the same inputs: SGLang's arrays and the engine's, layer by layer."""
+    saved = [(layer.state.clone(), layer.windows.clone()) for layer in layers]
+    layers[0].parents.fill_(-7)
+    theirs = []
     for layer in layers:
-        saved = (layer.state.clone(), layer.windows.clone())
-        layer.parents.fill_(-7)
         layer.run(sglang, tree=True)
-        theirs = layer.arrays()
-        layer.state.copy_(saved[0]), layer.windows.copy_(saved[1])
-        layer.parents.fill_(-7)  # so that parents the engine did not write cannot pass for SGLang's
+        theirs.append(layer.arrays())
+    for layer, (state, windows) in zip(layers, saved):
+        layer.state.copy_(state), layer.windows.copy_(windows)
+    layers[0].parents.fill_(-7)  # so that parents the engine did not write cannot pass for SGLang's
+    for layer, arrays in zip(layers, theirs):
         layer.run(engine, tree=True)
-        if not all(torch.equal(a, b) for a, b in zip(layer.arrays(), theirs)):
+        if not all(torch.equal(a, b) for a, b in zip(layer.arrays(), arrays)):
             return False
     return True
 
 
 def main(out_dir: str, smoke: bool = False) -> int:
     from sglang.kernels.ops.mamba.causal_conv1d_triton import causal_conv1d_update as sglang
+
+    from ddtree_engine.sglang_plugin.tree_conv import router
 
     device = "cpu" if smoke else "cuda"
     dims = {"smoke (conv 40)": 40} if smoke else DIMS
@@ -115,14 +128,22 @@ def main(out_dir: str, smoke: bool = False) -> int:
     for dim_name, dim in dims.items():
         for rows in widths:
             for tree_name, parents in trees(rows).items():
-                layers = [Layer(dim, rows, parents, seed, device) for seed in range(layers_n)]
-                if not same_arrays(layers, sglang, engine_update):
-                    mismatches.append(f"{dim_name} rows {rows} {tree_name}")
+                first, sibling = links(parents)
+                shared = {"first": torch.tensor([first], device=device), "sibling": torch.tensor([sibling], device=device),
+                          "parents": torch.full((1, rows), -7, dtype=torch.long, device=device)}
+                layers = [Layer(dim, rows, shared, seed, device) for seed in range(layers_n)]
+                plugin = router(sglang, parents_once=True)
+                for name, engine in (("engine", engine_update), ("once", plugin)):
+                    if not same_arrays(layers, sglang, engine):
+                        mismatches.append(f"{dim_name} rows {rows} {tree_name} {name}")
+                if plugin.given_calls != layers_n - 1:
+                    mismatches.append(f"{dim_name} rows {rows} {tree_name}: the router took the parents given "
+                                      f"{plugin.given_calls} times in {layers_n} layers")
                 if smoke:
                     print(f"{dim_name} rows {rows} {tree_name}: checked", flush=True)
                     continue
                 arms = {"chain": capture(layers, sglang, False), "sglang": capture(layers, sglang, True),
-                        "engine": capture(layers, engine_update, True)}
+                        "engine": capture(layers, engine_update, True), "once": capture(layers, plugin, True)}
                 rounds = {name: [] for name in arms}
                 for _ in range(ROUNDS):
                     for name, graph in arms.items():
@@ -130,13 +151,16 @@ def main(out_dir: str, smoke: bool = False) -> int:
                 med = {name: statistics.median(v) for name, v in rounds.items()}
                 row = {"dim": dim_name, "rows": rows, "tree": tree_name, "us_per_launch": med, "rounds_us": rounds,
                        "sglang_over_chain": med["sglang"] / med["chain"], "engine_over_chain": med["engine"] / med["chain"],
-                       "engine_over_sglang": med["engine"] / med["sglang"]}
+                       "engine_over_sglang": med["engine"] / med["sglang"], "once_over_chain": med["once"] / med["chain"],
+                       "once_over_sglang": med["once"] / med["sglang"]}
                 results.append(row)
                 print(f"{dim_name:18s} rows {rows:3d} {tree_name:12s} chain {med['chain']:6.2f}  "
                       f"sglang {med['sglang']:6.2f} ({row['sglang_over_chain']:.2f}x)  engine {med['engine']:6.2f} "
-                      f"({row['engine_over_chain']:.2f}x the chain, {row['engine_over_sglang']:.2f}x sglang) us/launch",
+                      f"({row['engine_over_chain']:.2f}x the chain, {row['engine_over_sglang']:.2f}x sglang)  once "
+                      f"{med['once']:6.2f} ({row['once_over_chain']:.2f}x the chain, "
+                      f"{row['once_over_sglang']:.2f}x sglang) us/launch",
                       flush=True)
-    print("engine == sglang bit for bit:", "yes" if not mismatches else f"NO: {mismatches}")
+    print("engine and once == sglang bit for bit:", "yes" if not mismatches else f"NO: {mismatches}")
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "conv_verify_kernel.json"), "w") as f:
         json.dump({"date": time.strftime("%Y-%m-%d %H:%M"),

@@ -39,11 +39,14 @@ def test_the_engine_kernel_compiles_the_same_code_at_every_width():
     """kernels/tree_conv_update, which the plugin routes DDTREE's tree conv to (DDTREE_SGLANG_TREE_CONV, on by default)."""
     proc = run("--ddtree", "4", "33")
     assert proc.returncode == 0, proc.stderr
-    lines = {(int(r), path): int(n) for r, path, n in re.findall(r"rows +(\d+) \(budget +\d+\) (tree|ddtree).* (\d+) PTX lines", proc.stdout)}
-    assert set(lines) == {(4, "tree"), (4, "ddtree"), (33, "tree"), (33, "ddtree")}, proc.stdout
+    lines = {(int(r), path): int(n) for r, path, n in
+             re.findall(r"rows +(\d+) \(budget +\d+\) (tree|ddtree|ddtree-given) ?:.* (\d+) PTX lines", proc.stdout)}
+    assert set(lines) == {(r, p) for r in (4, 33) for p in ("tree", "ddtree", "ddtree-given")}, proc.stdout
     # The launcher passes no constant that depends on the rows (tests/ddtree_engine/kernels/test_tree_conv_update.py
     # checks it), so the script compiles the same code at both.
-    assert lines[4, "ddtree"] == lines[33, "ddtree"]
+    assert lines[4, "ddtree"] == lines[33, "ddtree"] and lines[4, "ddtree-given"] == lines[33, "ddtree-given"]
+    # Taking the parents given, a later layer's launch skips the parent phase: less code.
+    assert lines[4, "ddtree-given"] < lines[4, "ddtree"]
     # SGLang's at 33 rows is already larger (Triton 3.9: ~10,000 PTX lines against 3,597; 52,426 at 129 rows).
     assert lines[33, "tree"] > 2 * lines[33, "ddtree"]
 

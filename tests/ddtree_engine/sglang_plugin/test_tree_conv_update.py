@@ -133,6 +133,59 @@ def test_the_router_sends_tree_calls_to_the_engine_kernel_and_the_rest_to_sglang
     assert routed.engine_calls == 1
 
 
+def test_the_first_gdn_layer_of_a_forward_finds_the_parents_and_the_later_ones_take_them(sglang_plugin):
+    """One verify forward as SGLang's backend runs it: every layer its own x, weights and state, the same links and
+    the same retrieve_parent_token; with parents_once, under layer_scope the lowest layer finds the parents and the
+    others take them; without it (install's default, PARENTS_ONCE) every layer finds them."""
+    from types import SimpleNamespace
+
+    from ddtree_engine.sglang_plugin import tree_conv
+
+    original = sglang_update()
+    routed = tree_conv.router(original, parents_once=True)
+    shared = inputs(2, 17, 24, 4, torch.float32, seed=3)
+    layers = {lid: {**inputs(2, 17, 24, 4, torch.float32, seed=lid), **{k: v for k, v in shared.items()
+                                                                       if k.startswith("retrieve_")}}
+              for lid in (4, 9, 13)}
+
+    def forward(fn, scoped: bool, parents: torch.Tensor):
+        outs = []
+        for lid, args in layers.items():
+            mine = {k: (v.clone().to(DEVICE) if isinstance(v, torch.Tensor) else v) for k, v in args.items()}
+            mine["retrieve_parent_token"] = parents  # one tensor for the whole forward
+            def run(self, layer, **kw):
+                return fn(**kw)
+
+            if scoped:
+                run = tree_conv.layer_scope(run)
+            out = run(None, layer=SimpleNamespace(layer_id=lid), **mine)
+            outs.append([t.cpu() for t in (out, mine["conv_state"], mine["intermediate_conv_window"], parents)])
+        return outs
+
+    theirs = forward(original, False, torch.full((2, 17), -7, dtype=torch.long, device=DEVICE))
+    each = tree_conv.router(original)
+    for a, b in zip(forward(each, True, torch.full((2, 17), -7, dtype=torch.long, device=DEVICE)), theirs):
+        assert_identical(a, b)
+    assert (each.engine_calls, each.given_calls, tree_conv.PARENTS_ONCE) == (3, 0, False)
+    for _ in range(2):  # a second forward: a fresh parent buffer, found again by layer 4
+        ours = forward(routed, True, torch.full((2, 17), -7, dtype=torch.long, device=DEVICE))
+        for a, b in zip(ours, theirs):
+            assert_identical(a, b)
+    assert (routed.engine_calls, routed.given_calls, routed.first_layer) == (6, 4, 4)
+    # Taken as given, the parents are read: layer 9 after another forward's parents gets other outputs.
+    stale = torch.zeros((2, 17), dtype=torch.long, device=DEVICE)
+    args = {k: (v.clone().to(DEVICE) if isinstance(v, torch.Tensor) else v) for k, v in layers[9].items()}
+    run = tree_conv.layer_scope(lambda self, layer, **kw: routed(**kw))
+    assert not torch.equal(run(None, SimpleNamespace(layer_id=9), **{**args, "retrieve_parent_token": stale}).cpu(),
+                           theirs[1][0])
+    # A lower layer than any seen so far finds them itself (and is the first from then on); outside a scope, too.
+    args = {k: (v.clone().to(DEVICE) if isinstance(v, torch.Tensor) else v) for k, v in layers[4].items()}
+    assert_identical(call(lambda **kw: run(None, SimpleNamespace(layer_id=2), **kw), args)[:3], theirs[0][:3])
+    assert (routed.given_calls, routed.first_layer) == (5, 2)
+    assert_identical(call(routed, args)[:3], theirs[0][:3])
+    assert routed.given_calls == 5 and tree_conv._LAYER.get() is None
+
+
 def test_install_follows_the_switch_and_wraps_once(sglang_plugin, monkeypatch):
     """install() on a stand-in for gdn_backend (which imports torchvision, absent on this CPU host)."""
     import sys
@@ -142,14 +195,28 @@ def test_install_follows_the_switch_and_wraps_once(sglang_plugin, monkeypatch):
 
     module = types.ModuleType("gdn_backend_stand_in")
     module.causal_conv1d_update = sglang_update()
+
+    class Backend:  # GDNAttnBackend's forward_extend: layer by keyword (SGLang's hybrid backend) or first
+        def forward_extend(self, layer, forward_batch, **kwargs):
+            return tree_conv._LAYER.get()
+
+    module.GDNAttnBackend = Backend
+    unscoped = Backend.forward_extend
     monkeypatch.setitem(sys.modules, "gdn_backend_stand_in", module)
     monkeypatch.setattr(tree_conv, "TARGET", ("gdn_backend_stand_in", "causal_conv1d_update"))
     for off in ("0", "off", " False "):
         monkeypatch.setenv(tree_conv.ENV, off)
         assert tree_conv.install() is False and module.causal_conv1d_update is sglang_update()
     monkeypatch.delenv(tree_conv.ENV)  # on by default
+    assert tree_conv.install() is True and Backend.forward_extend is unscoped  # PARENTS_ONCE off: no layer scope
+    module.causal_conv1d_update = sglang_update()
+    monkeypatch.setattr(tree_conv, "PARENTS_ONCE", True)
     assert tree_conv.install() is True and tree_conv.install() is True
     assert module.causal_conv1d_update.original is sglang_update()
+    assert Backend.forward_extend.original is unscoped
+    layer = types.SimpleNamespace(layer_id=7)
+    assert Backend().forward_extend(layer=layer, forward_batch=None) == 7 and Backend().forward_extend(layer, None) == 7
+    assert tree_conv._LAYER.get() is None
     # A build whose gdn_backend binds another conv (NPU, CPU): left as it is.
     def npu_update(*args, **kwargs):
         raise AssertionError("not called")
@@ -170,6 +237,17 @@ def test_the_patched_name_is_what_sglangs_gdn_backend_calls_in_target_verify():
     assert f"    {tree_conv.TARGET[1]},\n" in source.split("from sglang.kernels.ops.mamba.causal_conv1d_triton import (")[1].split(")")[0]
     verify = source.split("if is_target_verify:\n            batch_size")[1].split("else:")[0]
     assert f"{tree_conv.TARGET[1]}(" in verify and "retrieve_parent_token=retrieve_parent_token" in verify
+    # What layer_scope and the parents-once rule rest on: that call sits in GDNAttnBackend.forward_extend, whose
+    # first parameter is the layer; every layer of the forward reads the one retrieve_parent_token of the backend's
+    # forward metadata; SGLang's hybrid backend passes the layer by name.
+    backend = source.split(f"class {tree_conv.BACKEND}(")[1].split("\nclass ")[0]
+    extend = backend.split("    def forward_extend(\n")[1].split("\n    def ")[0]
+    assert extend.split(")")[0].split(",")[:2] == ["        self", "\n        layer: RadixLinearAttention"]
+    assert "if is_target_verify:\n            batch_size" in extend
+    assert "retrieve_parent_token = forward_metadata.retrieve_parent_token" in extend
+    hybrid = open(importlib.util.find_spec("sglang.srt.layers.attention.hybrid_linear_attn_backend").origin).read()
+    assert "return self.linear_attn_backend.forward_extend(" in hybrid
+    assert "layer=layer," in hybrid.split("return self.linear_attn_backend.forward_extend(")[1].split(")")[0]
 
 
 def test_the_gpu_benchmark_script_checks_the_engine_against_sglang(tmp_path):

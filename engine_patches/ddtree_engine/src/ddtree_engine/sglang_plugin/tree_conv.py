@@ -18,6 +18,7 @@ DDTREE 15/8 (graphs, eager, batched), 128/8 and 256/8 equal AR on 8 of 8 prompts
 
 from __future__ import annotations
 
+import contextvars
 import importlib
 import logging
 
@@ -27,6 +28,13 @@ logger = logging.getLogger(__name__)
 
 ENV = "DDTREE_SGLANG_TREE_CONV"
 TARGET = ("sglang.srt.layers.attention.linear.gdn_backend", "causal_conv1d_update")
+# The class whose forward_extend runs every Gated-DeltaNet layer's verify conv, in gdn_backend.
+BACKEND = "GDNAttnBackend"
+# The layer whose forward_extend is running in this thread (layer_scope), for the router.
+_LAYER: contextvars.ContextVar = contextvars.ContextVar("ddtree_gdn_layer", default=None)
+# Parents once a forward (router's parents_once) in what install() sets up: off until a GPU has timed it and SGLang's
+# verify with it has equalled AR (benchmarks/sglang_h200/conv_verify_kernel.py's `once` arm; lossless.py).
+PARENTS_ONCE = False
 
 
 def enabled() -> bool:
@@ -34,12 +42,33 @@ def enabled() -> bool:
     return env_switch(ENV, default=True)
 
 
-def router(original):
+def layer_scope(forward_extend):
+    """GDNAttnBackend.forward_extend that tells the router which layer it runs (its `layer.layer_id`)."""
+
+    def scoped(self, *args, **kwargs):
+        layer = kwargs["layer"] if "layer" in kwargs else (args[0] if args else None)
+        token = _LAYER.set(getattr(layer, "layer_id", None))
+        try:
+            return forward_extend(self, *args, **kwargs)
+        finally:
+            _LAYER.reset(token)
+
+    scoped.original = forward_extend
+    return scoped
+
+
+def router(original, parents_once: bool = False):
     """`original` (SGLang's causal_conv1d_update) with its tree calls served by kernels/tree_conv_update.
 
     A tree call: `retrieve_next_token` given, no circular buffer (`cache_seqlens`) and no
     `num_accept_tokens` (SGLang's verify passes neither), x [batch, dim, rows]. `routed.engine_calls`
-    counts the calls the engine's kernel served.
+    counts the calls the engine's kernel served, `routed.given_calls` those of them that took the parents given.
+
+    parents_once: SGLang's backend hands every layer of one verify forward the same links and the same
+    `retrieve_parent_token`, and its conv kernel finds the parents again in every layer. With this, the first
+    Gated-DeltaNet layer (the lowest `layer_id` seen, layer_scope) finds them and writes them there; the others, which
+    run after it in the same forward, take them as given (tree_conv_update's parents_given), saving the parent
+    phase's round trips in every later layer. A call outside layer_scope always finds them itself.
     """
     # The kernel itself, not the package's dispatcher: these are CUDA tensors inside a graph capture, where the
     # reference (host loops, .tolist()) cannot run, whatever DDTREE_KERNELS says.
@@ -63,14 +92,22 @@ def router(original):
                             retrieve_next_token, retrieve_next_sibling, retrieve_parent_token, pad_slot_id,
                             metadata, validate_data)
         routed.engine_calls += 1
+        layer = _LAYER.get() if parents_once else None
+        if layer is not None and (routed.first_layer is None or layer < routed.first_layer):
+            routed.first_layer = layer
+        given = layer is not None and layer != routed.first_layer
+        routed.given_calls += given
         silu = activation is True or activation in ("silu", "swish")
         # PDL exactly where SGLang's own conv kernel takes it (its is_arch_support_pdl), not by DDTREE_PDL: the
         # kernels around this launch in SGLang's verify are SGLang's.
         return tree_conv_update(x, conv_state, weight, bias, silu, conv_state_indices, intermediate_conv_window,
                                 intermediate_state_indices, retrieve_next_token, retrieve_next_sibling,
-                                retrieve_parent_token, pad_slot_id, pdl=x.is_cuda and bool(is_arch_support_pdl()))
+                                retrieve_parent_token, pad_slot_id, pdl=x.is_cuda and bool(is_arch_support_pdl()),
+                                parents_given=given)
 
     routed.engine_calls = 0
+    routed.given_calls = 0
+    routed.first_layer = None
     routed.original = original
     return routed
 
@@ -93,6 +130,9 @@ def install() -> bool:
                     getattr(current, "__module__", current))
         return False
     if getattr(current, "original", None) is None:
-        setattr(module, TARGET[1], router(current))
+        setattr(module, TARGET[1], router(current, parents_once=PARENTS_ONCE))
+        backend = getattr(module, BACKEND, None)  # without it, every call finds its parents itself
+        if PARENTS_ONCE and backend is not None and getattr(backend.forward_extend, "original", None) is None:
+            backend.forward_extend = layer_scope(backend.forward_extend)
         logger.info("DDTREE: the hybrid verify's tree conv runs kernels/tree_conv_update (%s=0: SGLang's)", ENV)
     return True

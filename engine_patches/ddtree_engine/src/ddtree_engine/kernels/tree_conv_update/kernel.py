@@ -84,6 +84,7 @@ def _tree_conv_update_kernel(
     CHUNK: tl.constexpr,
     BLOCK_R: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    PARENTS_GIVEN: tl.constexpr,
     GDC: tl.constexpr,
 ):
     gdc_enter(GDC)
@@ -99,43 +100,47 @@ def _tree_conv_update_kernel(
         line = seq.to(tl.int64)
         inter_line = seq.to(tl.int64)
 
-    # 1. Parents, CHUNK rows at a time. Encoding: p >= 0 the parent, -1 nobody's child or sibling (-> 0, as
+    # 1. Parents: given (retrieve_parent_token, written by an earlier launch over the same links), or found here,
+    # CHUNK rows at a time. Encoding: p >= 0 the parent, -1 nobody's child or sibling (-> 0, as
     # SGLang's initial value), p <= -2 not resolved yet: the same parent as row -2 - p (a previous sibling).
     # Two scratch rows: round i reads one and writes the other, so no row is read after it is rewritten.
-    scratch = scratch_ptr + (seq * tl.num_programs(1) + block) * 2 * rows
-    for c0 in range(0, rows, CHUNK):
-        r = c0 + tl.arange(0, CHUNK)
-        tl.store(scratch + r, tl.full([CHUNK], -1, tl.int32), mask=r < rows)
-    tl.debug_barrier()
-    for c0 in range(0, rows, CHUNK):
-        r = c0 + tl.arange(0, CHUNK)
-        in_rows = r < rows
-        nt = tl.load(nt_ptr + seq * stride_nt + r, mask=in_rows, other=-1)
-        ns = tl.load(ns_ptr + seq * stride_ns + r, mask=in_rows, other=-1)
-        tl.store(scratch + nt, r, mask=in_rows & (nt >= 0) & (nt < rows))
-        tl.store(scratch + ns, -2 - r, mask=in_rows & (ns >= 0) & (ns < rows))
-    tl.debug_barrier()
-    for i in range(rounds):
-        src = scratch + (i % 2) * rows
-        dst = scratch + ((i + 1) % 2) * rows
+    if PARENTS_GIVEN:
+        parents = par_ptr + seq * stride_par
+    else:
+        scratch = scratch_ptr + (seq * tl.num_programs(1) + block) * 2 * rows
+        for c0 in range(0, rows, CHUNK):
+            r = c0 + tl.arange(0, CHUNK)
+            tl.store(scratch + r, tl.full([CHUNK], -1, tl.int32), mask=r < rows)
+        tl.debug_barrier()
         for c0 in range(0, rows, CHUNK):
             r = c0 + tl.arange(0, CHUNK)
             in_rows = r < rows
-            p = tl.load(src + r, mask=in_rows, other=-1)
-            linked = p <= -2
-            q = tl.load(src + (-2 - p), mask=in_rows & linked, other=0)
-            tl.store(dst + r, tl.where(linked, tl.where(q == -1, 0, q), p), mask=in_rows)
+            nt = tl.load(nt_ptr + seq * stride_nt + r, mask=in_rows, other=-1)
+            ns = tl.load(ns_ptr + seq * stride_ns + r, mask=in_rows, other=-1)
+            tl.store(scratch + nt, r, mask=in_rows & (nt >= 0) & (nt < rows))
+            tl.store(scratch + ns, -2 - r, mask=in_rows & (ns >= 0) & (ns < rows))
         tl.debug_barrier()
-    parents = scratch + (rounds % 2) * rows
-    for c0 in range(0, rows, CHUNK):
-        r = c0 + tl.arange(0, CHUNK)
-        in_rows = r < rows
-        p = tl.load(parents + r, mask=in_rows, other=0)
-        p = tl.where(p < 0, 0, p)
-        tl.store(parents + r, p, mask=in_rows)
-        if block == 0:
-            tl.store(par_ptr + seq * stride_par + r, p, mask=in_rows)
-    tl.debug_barrier()
+        for i in range(rounds):
+            src = scratch + (i % 2) * rows
+            dst = scratch + ((i + 1) % 2) * rows
+            for c0 in range(0, rows, CHUNK):
+                r = c0 + tl.arange(0, CHUNK)
+                in_rows = r < rows
+                p = tl.load(src + r, mask=in_rows, other=-1)
+                linked = p <= -2
+                q = tl.load(src + (-2 - p), mask=in_rows & linked, other=0)
+                tl.store(dst + r, tl.where(linked, tl.where(q == -1, 0, q), p), mask=in_rows)
+            tl.debug_barrier()
+        parents = scratch + (rounds % 2) * rows
+        for c0 in range(0, rows, CHUNK):
+            r = c0 + tl.arange(0, CHUNK)
+            in_rows = r < rows
+            p = tl.load(parents + r, mask=in_rows, other=0)
+            p = tl.where(p < 0, 0, p)
+            tl.store(parents + r, p, mask=in_rows)
+            if block == 0:
+                tl.store(par_ptr + seq * stride_par + r, p, mask=in_rows)
+        tl.debug_barrier()
 
     # 2. The rows. Tap j of row t is ancestor j of t: v >= 0 a row of x, v < 0 state column K-1+v.
     feats = block * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -167,7 +172,7 @@ def _tree_conv_update_kernel(
                         mask=m,
                     )
             if j < K - 1:
-                up = tl.load(parents + tl.maximum(v, 0), mask=(t < rows) & (v > 0), other=0)
+                up = tl.load(parents + tl.maximum(v, 0), mask=(t < rows) & (v > 0), other=0).to(tl.int32)
                 v = tl.where(v > 0, up, v - 1)
         if SILU:
             acc = acc / (1 + tl.exp(-acc))
@@ -185,12 +190,13 @@ def _tree_conv_update_kernel(
 
 
 def constexprs(width: int, *, has_bias: bool, silu: bool, has_indices: bool, save_intermediate: bool,
-               block_r: int = 16, block_n: int = 128, chunk: int = 128) -> dict:
+               block_r: int = 16, block_n: int = 128, chunk: int = 128, parents_given: bool = False) -> dict:
     """The kernel's compile-time constants for a launch (GDC aside): nothing of the rows or the batch is among them,
     so with RUNTIME_ARGS not specialised on, one compile serves every verify width (benchmarks/sglang_conv_compile.py
     compiles from this)."""
     return dict(K=width, HAS_BIAS=has_bias, SILU=silu, HAS_INDICES=has_indices, SAVE_INTERMEDIATE=save_intermediate,
-                KP2=triton.next_power_of_2(width - 1), CHUNK=chunk, BLOCK_R=block_r, BLOCK_N=block_n)
+                KP2=triton.next_power_of_2(width - 1), CHUNK=chunk, BLOCK_R=block_r, BLOCK_N=block_n,
+                PARENTS_GIVEN=parents_given)
 
 
 def tree_conv_update(
@@ -210,8 +216,15 @@ def tree_conv_update(
     block_r: int = 16,
     block_n: int = 128,
     chunk: int = 128,
+    parents_given: bool = False,
 ) -> torch.Tensor:
-    """reference.tree_conv_update's arrays in one launch (arguments as there; pdl: launch with PDL)."""
+    """reference.tree_conv_update's arrays in one launch (arguments as there; pdl: launch with PDL).
+
+    parents_given: take every row's parent from `retrieve_parent_token` instead of finding it from the links (which
+    are then not read, nor the parents written): for a launch after one that wrote them from the same links, as the
+    later Gated-DeltaNet layers of one verify forward (sglang_plugin/tree_conv.py). Saves the parent phase's
+    barrier-separated round trips through scratch.
+    """
     batch, dim, rows = x.shape
     width = weight.shape[1]
     if not 2 <= width <= 5:
@@ -229,7 +242,7 @@ def tree_conv_update(
                              f"got {tuple(links.shape)} with strides {links.stride()}")
     out = torch.empty_like(x)
     blocks = triton.cdiv(dim, block_n)
-    scratch = torch.empty(batch * blocks * 2 * rows, dtype=torch.int32, device=x.device)
+    scratch = torch.empty(1 if parents_given else batch * blocks * 2 * rows, dtype=torch.int32, device=x.device)
     inter = intermediate_conv_window if intermediate_conv_window is not None else x
     inter_strides = intermediate_conv_window.stride() if intermediate_conv_window is not None else (0, 0, 0, 0)
     launch = {"GDC": True, "launch_pdl": True} if pdl else {"GDC": False}
@@ -262,7 +275,8 @@ def tree_conv_update(
         *out.stride(),
         pad_slot_id,
         **constexprs(width, has_bias=bias is not None, silu=silu, has_indices=conv_state_indices is not None,
-                     save_intermediate=intermediate_conv_window is not None, block_r=block_r, block_n=block_n, chunk=chunk),
+                     save_intermediate=intermediate_conv_window is not None, block_r=block_r, block_n=block_n, chunk=chunk,
+                     parents_given=parents_given),
         **launch,
     )
     return out
