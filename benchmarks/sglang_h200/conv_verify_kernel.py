@@ -9,9 +9,9 @@ intermediate windows [lines, rows, dim, K-1], bs 1). Per (conv dim, rows, tree) 
 LAYERS launches for each arm and prints the replay time per launch and each arm's ratio to the chain,
 medians over ROUNDS rounds of REPLAYS replays, arms interleaved within a round. Arms: `chain` (no links:
 DFLASH's verify), `sglang` (SGLang's tree path, DDTREE's with DDTREE_SGLANG_TREE_CONV=0), `engine` (the kernel the
-plugin routes the tree path to, DDTREE_SGLANG_TREE_CONV on by default: every layer finds its parents), `once` (the
-plugin's router with parents_once, as SGLang's GDN backend calls it: the first layer finds the parents, the others
-take them; not yet the default, sglang_plugin/tree_conv.py PARENTS_ONCE).
+plugin routes the tree path to, every layer finding its parents: what it did before 2026-12-06), `once` (the plugin's
+router with parents_once, as SGLang's GDN backend calls it, DDTREE_SGLANG_TREE_CONV on by default: the first layer
+finds the parents, the others take them; sglang_plugin/tree_conv.py PARENTS_ONCE).
 The layers share one set of links and one parent buffer, as in SGLang's verify forward. Every engine launch, and the
 plugin's whole forward, is checked bit for bit against SGLang's (the outputs, the conv state, every row's window,
 the parents). Rows 16 and 33 (budget 15 and 32); 129 (budget 128)

@@ -136,7 +136,7 @@ def test_the_router_sends_tree_calls_to_the_engine_kernel_and_the_rest_to_sglang
 def test_the_first_gdn_layer_of_a_forward_finds_the_parents_and_the_later_ones_take_them(sglang_plugin):
     """One verify forward as SGLang's backend runs it: every layer its own x, weights and state, the same links and
     the same retrieve_parent_token; with parents_once, under layer_scope the lowest layer finds the parents and the
-    others take them; without it (install's default, PARENTS_ONCE) every layer finds them."""
+    others take them (install's default, PARENTS_ONCE); without it every layer finds them."""
     from types import SimpleNamespace
 
     from ddtree_engine.sglang_plugin import tree_conv
@@ -166,7 +166,7 @@ def test_the_first_gdn_layer_of_a_forward_finds_the_parents_and_the_later_ones_t
     each = tree_conv.router(original)
     for a, b in zip(forward(each, True, torch.full((2, 17), -7, dtype=torch.long, device=DEVICE)), theirs):
         assert_identical(a, b)
-    assert (each.engine_calls, each.given_calls, tree_conv.PARENTS_ONCE) == (3, 0, False)
+    assert (each.engine_calls, each.given_calls, tree_conv.PARENTS_ONCE) == (3, 0, True)
     for _ in range(2):  # a second forward: a fresh parent buffer, found again by layer 4
         ours = forward(routed, True, torch.full((2, 17), -7, dtype=torch.long, device=DEVICE))
         for a, b in zip(ours, theirs):
@@ -208,10 +208,13 @@ def test_install_follows_the_switch_and_wraps_once(sglang_plugin, monkeypatch):
         monkeypatch.setenv(tree_conv.ENV, off)
         assert tree_conv.install() is False and module.causal_conv1d_update is sglang_update()
     monkeypatch.delenv(tree_conv.ENV)  # on by default
+    monkeypatch.setattr(tree_conv, "PARENTS_ONCE", False)
     assert tree_conv.install() is True and Backend.forward_extend is unscoped  # PARENTS_ONCE off: no layer scope
+    assert module.causal_conv1d_update.parents_once is False
     module.causal_conv1d_update = sglang_update()
-    monkeypatch.setattr(tree_conv, "PARENTS_ONCE", True)
+    monkeypatch.setattr(tree_conv, "PARENTS_ONCE", True)  # the default
     assert tree_conv.install() is True and tree_conv.install() is True
+    assert module.causal_conv1d_update.parents_once is True
     assert module.causal_conv1d_update.original is sglang_update()
     assert Backend.forward_extend.original is unscoped
     layer = types.SimpleNamespace(layer_id=7)

@@ -13,7 +13,9 @@ target); `DDTREE_SGLANG_TREE_CONV=0` keeps SGLang's. On an H100 on 2026-12-06 (b
 conv_verify_kernel_20261206_h100.json, sglang_h100_treeconv_2026-12-06.json): SGLang's arrays bit for bit in bf16
 on 12 shapes, 0.67-0.78x SGLang's time per launch at 16 rows and 0.49-0.57x at 33; in SGLang the lab pair's
 DDTREE 15/8 (graphs, eager, batched), 128/8 and 256/8 equal AR on 8 of 8 prompts, and 128/8 and 256/8 load in
-~64 s against 256 s and over 500 s with SGLang's conv.
+~64 s against 256 s and over 500 s with SGLang's conv. Since 2026-12-06 the parents are found once a forward, by
+the first Gated-DeltaNet layer (PARENTS_ONCE, router's parents_once): on the H200 1.14-1.22x the chain conv a launch
+at 16 rows, against 1.27-1.37x with every layer finding them.
 """
 
 from __future__ import annotations
@@ -32,9 +34,12 @@ TARGET = ("sglang.srt.layers.attention.linear.gdn_backend", "causal_conv1d_updat
 BACKEND = "GDNAttnBackend"
 # The layer whose forward_extend is running in this thread (layer_scope), for the router.
 _LAYER: contextvars.ContextVar = contextvars.ContextVar("ddtree_gdn_layer", default=None)
-# Parents once a forward (router's parents_once) in what install() sets up: off until a GPU has timed it and SGLang's
-# verify with it has equalled AR (benchmarks/sglang_h200/conv_verify_kernel.py's `once` arm; lossless.py).
-PARENTS_ONCE = False
+# Parents once a forward (router's parents_once) in what install() sets up. On the H200 on 2026-12-06
+# (benchmarks/results/conv_verify_kernel_20261206_h200.json, `once` arm; 24 layers in a CUDA graph): SGLang's arrays
+# bit for bit over the whole forward on 12 shapes, 1.14-1.22x the chain conv a launch at 16 rows against 1.27-1.37x
+# with every layer finding its parents, 0.98-1.04x at 33; in SGLang with it (sglang_h200_parents_once_2026-12-06.json)
+# the lab pair's DDTREE 15/8 with graphs, eager and batched equal AR on 8 of 8 prompts.
+PARENTS_ONCE = True
 
 
 def enabled() -> bool:
@@ -68,7 +73,8 @@ def router(original, parents_once: bool = False):
     `retrieve_parent_token`, and its conv kernel finds the parents again in every layer. With this, the first
     Gated-DeltaNet layer (the lowest `layer_id` seen, layer_scope) finds them and writes them there; the others, which
     run after it in the same forward, take them as given (tree_conv_update's parents_given), saving the parent
-    phase's round trips in every later layer. A call outside layer_scope always finds them itself.
+    phase's round trips in every later layer. A call outside layer_scope always finds them itself, and so does every
+    layer when SGLang runs its GDN layers through another class's forward_extend than the one install() scopes.
     """
     # The kernel itself, not the package's dispatcher: these are CUDA tensors inside a graph capture, where the
     # reference (host loops, .tolist()) cannot run, whatever DDTREE_KERNELS says.
@@ -107,6 +113,7 @@ def router(original, parents_once: bool = False):
 
     routed.engine_calls = 0
     routed.given_calls = 0
+    routed.parents_once = parents_once
     routed.first_layer = None
     routed.original = original
     return routed
@@ -134,5 +141,6 @@ def install() -> bool:
         backend = getattr(module, BACKEND, None)  # without it, every call finds its parents itself
         if PARENTS_ONCE and backend is not None and getattr(backend.forward_extend, "original", None) is None:
             backend.forward_extend = layer_scope(backend.forward_extend)
-        logger.info("DDTREE: the hybrid verify's tree conv runs kernels/tree_conv_update (%s=0: SGLang's)", ENV)
+        logger.info("DDTREE: the hybrid verify's tree conv runs kernels/tree_conv_update%s (%s=0: SGLang's)",
+                    ", parents once a forward" if PARENTS_ONCE else "", ENV)
     return True
