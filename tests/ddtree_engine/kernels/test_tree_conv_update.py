@@ -113,24 +113,30 @@ def test_a_batch_of_different_trees_with_pad_rows_and_a_pad_slot():
     assert torch.all(got[3][2] == -7)
 
 
+@pytest.mark.parametrize("parent_dtype", [torch.int64, torch.int32], ids=str)  # SGLang's eager and graph buffers
 @pytest.mark.parametrize("name", ["random 17", "chain", "star (depth 1)"])
-def test_parents_given_take_the_parents_from_retrieve_parent_token(name):
+def test_parents_given_take_the_parents_from_retrieve_parent_token(name, parent_dtype):
     """parents_given (the later layers of one verify forward): the parents the first launch wrote are read, not found
-    again, so the arrays are the reference's; with other parents in the buffer, other windows (it reads them)."""
+    again, so the arrays are the reference's; with other parents in the buffer, other windows (it reads them); with
+    parents out of [0, rows), no read outside x (clamped)."""
     trees = [SHAPES[name], SHAPES["random 17"]]
     args = case(trees, 24, 40, 4, torch.float32, seed=5, pad_slot_at=None)
     ref, _ = run_both(args)
     given = {k: (v.clone().to(DEVICE) if isinstance(v, torch.Tensor) else v) for k, v in args.items()}
-    given["retrieve_parent_token"] = ref[3].clone().to(DEVICE)
+    given["retrieve_parent_token"] = ref[3].to(parent_dtype).to(DEVICE)
     given["retrieve_next_token"] = torch.full_like(given["retrieve_next_token"], -1)  # not read
     given["retrieve_next_sibling"] = torch.full_like(given["retrieve_next_sibling"], -1)
     out = kernel.tree_conv_update(**given, parents_given=True)
     got = [out, given["conv_state"], given["intermediate_conv_window"], given["retrieve_parent_token"]]
-    assert_same(ref, [a.cpu() for a in got], torch.float32)
+    assert_same(ref, [a.cpu() for a in got[:3]] + [got[3].long().cpu()], torch.float32)
     # Every row's parent the row before it (not these padded trees): other outputs.
     wrong = {k: (v.clone().to(DEVICE) if isinstance(v, torch.Tensor) else v) for k, v in args.items()}
-    wrong["retrieve_parent_token"] = torch.clamp(torch.arange(24) - 1, min=0).repeat(2, 1).to(DEVICE)
+    wrong["retrieve_parent_token"] = torch.clamp(torch.arange(24) - 1, min=0).repeat(2, 1).to(parent_dtype).to(DEVICE)
     assert not torch.equal(kernel.tree_conv_update(**wrong, parents_given=True).cpu(), ref[0])
+    # A buffer of garbage (another forward's, never written): indices far outside the rows read x's last row at most.
+    garbage = {k: (v.clone().to(DEVICE) if isinstance(v, torch.Tensor) else v) for k, v in args.items()}
+    garbage["retrieve_parent_token"] = torch.tensor([[10**6, -(10**6)] * 12] * 2, dtype=parent_dtype, device=DEVICE)
+    assert torch.isfinite(kernel.tree_conv_update(**garbage, parents_given=True)).all()
 
 
 def test_cache_line_indices_read_through_their_strides():

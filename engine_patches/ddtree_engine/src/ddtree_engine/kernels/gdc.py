@@ -32,7 +32,7 @@ ENV = "DDTREE_PDL"
 # (bench_tree_step_20261206_035638_h100.*). Checked with it: the same arrays as plain launches on 4 shapes x 24 graph
 # replays (test_gdc.py), and the break-check (that test fails on an engine whose kernels do not wait,
 # benchmarks/h200_pdl_check.sh); the kernel and SGLang-worker suites with DDTREE_PDL=1 on H100s on 2026-12-05/06,
-# test_tree_build.py whole but for 3 cases that a 420 s call reaches with PDL or without (the threshold build at
+# test_tree_build.py whole but for 3 cases that no 420 s call finishes, with PDL or without (the threshold build at
 # 2/4/8 warps: a compile per budget), all passed (pdl_check_2026120[56]_h100_*.txt); in SGLang the lab pair's
 # DDTREE 15/8 and 128/8 with CUDA graphs token-identical to AR on 8 of 8 prompts (sglang_h*_wide*_2026-12-05.json).
 # DDTREE_PDL=0 launches them plainly.

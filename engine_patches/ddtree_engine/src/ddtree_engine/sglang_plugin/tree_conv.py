@@ -6,7 +6,8 @@ verify rows: minutes of compile at budget >= 128 on a hybrid target's first star
 (benchmarks/sglang_conv_compile.py). `install()` replaces the name in `gdn_backend` with `router(original)`,
 which sends the tree calls to kernels/tree_conv_update (the same arrays, bit for bit against SGLang's kernel
 in tests/ddtree_engine/sglang_plugin/test_tree_conv_update.py; one compile for every width) and every other
-call, unchanged, to SGLang's.
+call, unchanged, to SGLang's; with PARENTS_ONCE it also wraps `GDNAttnBackend.forward_extend`, at class level for
+every backend of the process, in `layer_scope`, so that the router knows which layer calls it.
 
 On by default for a DDTREE server on a hybrid target (the worker installs it in the process that runs the
 target); `DDTREE_SGLANG_TREE_CONV=0` keeps SGLang's. On an H100 on 2026-12-06 (benchmarks/results/
@@ -100,6 +101,9 @@ def router(original, parents_once: bool = False):
         routed.engine_calls += 1
         layer = _LAYER.get() if parents_once else None
         if layer is not None and (routed.first_layer is None or layer < routed.first_layer):
+            if routed.first_layer is not None:  # not in SGLang's forwards, where the lowest layer runs first
+                logger.warning("DDTREE: a Gated-DeltaNet layer %d below the first seen (%d) ran a tree verify conv: "
+                               "it finds the parents from now on", layer, routed.first_layer)
             routed.first_layer = layer
         given = layer is not None and layer != routed.first_layer
         routed.given_calls += given

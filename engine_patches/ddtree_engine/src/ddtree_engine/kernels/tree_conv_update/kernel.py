@@ -173,6 +173,8 @@ def _tree_conv_update_kernel(
                     )
             if j < K - 1:
                 up = tl.load(parents + tl.maximum(v, 0), mask=(t < rows) & (v > 0), other=0).to(tl.int32)
+                if PARENTS_GIVEN:  # found here they are in [0, rows); given, a bad buffer must not index out of x
+                    up = tl.minimum(tl.maximum(up, 0), rows - 1)
                 v = tl.where(v > 0, up, v - 1)
         if SILU:
             acc = acc / (1 + tl.exp(-acc))
