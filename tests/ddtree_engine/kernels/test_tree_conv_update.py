@@ -73,11 +73,16 @@ def case(trees: list[list[int]], rows: int, channels: int, width: int, dtype, se
     return args
 
 
+def copies(args: dict, device=DEVICE) -> dict:
+    """args with every tensor copied to `device` (strides kept: clone and .to preserve them)."""
+    return {k: (v.clone().to(device) if isinstance(v, torch.Tensor) else v) for k, v in args.items()}
+
+
 def run_both(args: dict):
     """(reference's arrays, kernel's arrays): out, conv_state, windows, parents, each side on its own copies."""
     results = []
     for side, device in ((reference, "cpu"), (kernel, DEVICE)):
-        mine = {k: (v.clone().to(device) if isinstance(v, torch.Tensor) else v) for k, v in args.items()}
+        mine = copies(args, device)
         out = side.tree_conv_update(**mine)
         arrays = [out, mine["conv_state"], mine["intermediate_conv_window"], mine["retrieve_parent_token"]]
         results.append([a.cpu() if a is not None else None for a in arrays])
@@ -122,7 +127,7 @@ def test_parents_given_take_the_parents_from_retrieve_parent_token(name, parent_
     trees = [SHAPES[name], SHAPES["random 17"]]
     args = case(trees, 24, 40, 4, torch.float32, seed=5, pad_slot_at=None)
     ref, _ = run_both(args)
-    given = {k: (v.clone().to(DEVICE) if isinstance(v, torch.Tensor) else v) for k, v in args.items()}
+    given = copies(args)
     given["retrieve_parent_token"] = ref[3].to(parent_dtype).to(DEVICE)
     given["retrieve_next_token"] = torch.full_like(given["retrieve_next_token"], -1)  # not read
     given["retrieve_next_sibling"] = torch.full_like(given["retrieve_next_sibling"], -1)
@@ -130,11 +135,11 @@ def test_parents_given_take_the_parents_from_retrieve_parent_token(name, parent_
     got = [out, given["conv_state"], given["intermediate_conv_window"], given["retrieve_parent_token"]]
     assert_same(ref, [a.cpu() for a in got[:3]] + [got[3].long().cpu()], torch.float32)
     # Every row's parent the row before it (not these padded trees): other outputs.
-    wrong = {k: (v.clone().to(DEVICE) if isinstance(v, torch.Tensor) else v) for k, v in args.items()}
+    wrong = copies(args)
     wrong["retrieve_parent_token"] = torch.clamp(torch.arange(24) - 1, min=0).repeat(2, 1).to(parent_dtype).to(DEVICE)
     assert not torch.equal(kernel.tree_conv_update(**wrong, parents_given=True).cpu(), ref[0])
     # A buffer of garbage (another forward's, never written): indices far outside the rows read x's last row at most.
-    garbage = {k: (v.clone().to(DEVICE) if isinstance(v, torch.Tensor) else v) for k, v in args.items()}
+    garbage = copies(args)
     garbage["retrieve_parent_token"] = torch.tensor([[10**6, -(10**6)] * 12] * 2, dtype=parent_dtype, device=DEVICE)
     assert torch.isfinite(kernel.tree_conv_update(**garbage, parents_given=True)).all()
 

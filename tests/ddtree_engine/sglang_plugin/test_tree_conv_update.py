@@ -60,9 +60,14 @@ def inputs(batch, rows, channels, width, dtype, seed, *, fan=4, pad_slot_at=None
     )
 
 
+def copies(args: dict) -> dict:
+    """args with every tensor copied to DEVICE (strides kept: clone and .to preserve them)."""
+    return {k: (v.clone().to(DEVICE) if isinstance(v, torch.Tensor) else v) for k, v in args.items()}
+
+
 def call(fn, args):
-    """fn on copies of args on DEVICE (strides kept: clone and .to preserve them); the arrays SGLang writes."""
-    mine = {k: (v.clone().to(DEVICE) if isinstance(v, torch.Tensor) else v) for k, v in args.items()}
+    """fn on copies of args on DEVICE; the arrays SGLang writes."""
+    mine = copies(args)
     out = fn(**mine)
     written = (out, mine["conv_state"], mine["intermediate_conv_window"], mine.get("retrieve_parent_token", out))
     return [t.cpu() for t in written]
@@ -153,7 +158,7 @@ def test_the_first_gdn_layer_of_a_forward_finds_the_parents_and_the_later_ones_t
     def forward(fn, scoped: bool, parents: torch.Tensor):
         outs = []
         for lid, args in layers.items():
-            mine = {k: (v.clone().to(DEVICE) if isinstance(v, torch.Tensor) else v) for k, v in args.items()}
+            mine = copies(args)
             mine["retrieve_parent_token"] = parents  # one tensor for the whole forward
             def run(self, layer, **kw):
                 return fn(**kw)
@@ -176,12 +181,12 @@ def test_the_first_gdn_layer_of_a_forward_finds_the_parents_and_the_later_ones_t
     assert (routed.engine_calls, routed.given_calls, routed.first_layer) == (6, 4, 4)
     # Taken as given, the parents are read: layer 9 after another forward's parents gets other outputs.
     stale = torch.zeros((2, 17), dtype=torch.long, device=DEVICE)
-    args = {k: (v.clone().to(DEVICE) if isinstance(v, torch.Tensor) else v) for k, v in layers[9].items()}
+    args = copies(layers[9])
     run = tree_conv.layer_scope(lambda self, layer, **kw: routed(**kw))
     assert not torch.equal(run(None, SimpleNamespace(layer_id=9), **{**args, "retrieve_parent_token": stale})[0].cpu(),
                            theirs[1][0][0])  # request 0 (1 is the pad slot's)
     # A lower layer than any seen so far finds them itself (and is the first from then on); outside a scope, too.
-    args = {k: (v.clone().to(DEVICE) if isinstance(v, torch.Tensor) else v) for k, v in layers[4].items()}
+    args = layers[4]  # call() copies
     assert_identical(call(lambda **kw: run(None, SimpleNamespace(layer_id=2), **kw), args)[:3], theirs[0][:3], skip=(1,))
     assert (routed.given_calls, routed.first_layer) == (5, 2)
     assert "layer 2 below the first seen (4)" in caplog.text  # not in SGLang's forwards: said in the log
