@@ -118,12 +118,14 @@ def test_a_batch_of_different_trees_with_pad_rows_and_a_pad_slot():
     assert torch.all(got[3][2] == -7)
 
 
+@pytest.mark.parametrize("block_r", [16, 4])
 @pytest.mark.parametrize("parent_dtype", [torch.int64, torch.int32], ids=str)  # SGLang's eager and graph buffers
 @pytest.mark.parametrize("name", ["random 17", "chain", "star (depth 1)"])
-def test_parents_given_take_the_parents_from_retrieve_parent_token(name, parent_dtype):
+def test_parents_given_take_the_parents_from_retrieve_parent_token(name, parent_dtype, block_r):
     """parents_given (the later layers of one verify forward): the parents the first launch wrote are read, not found
     again, so the arrays are the reference's; with other parents in the buffer, other windows (it reads them); with
-    parents out of [0, rows), no read outside x (clamped)."""
+    parents out of [0, rows), no read outside x (clamped). 24 rows: with 16-row blocks the first block's ancestors
+    come from the registers and the second's partly from them, partly read; with 4-row blocks mostly read."""
     trees = [SHAPES[name], SHAPES["random 17"]]
     args = case(trees, 24, 40, 4, torch.float32, seed=5, pad_slot_at=None)
     ref, _ = run_both(args)
@@ -131,17 +133,17 @@ def test_parents_given_take_the_parents_from_retrieve_parent_token(name, parent_
     given["retrieve_parent_token"] = ref[3].to(parent_dtype).to(DEVICE)
     given["retrieve_next_token"] = torch.full_like(given["retrieve_next_token"], -1)  # not read
     given["retrieve_next_sibling"] = torch.full_like(given["retrieve_next_sibling"], -1)
-    out = kernel.tree_conv_update(**given, parents_given=True)
+    out = kernel.tree_conv_update(**given, parents_given=True, block_r=block_r)
     got = [out, given["conv_state"], given["intermediate_conv_window"], given["retrieve_parent_token"]]
     assert_same(ref, [a.cpu() for a in got[:3]] + [got[3].long().cpu()], torch.float32)
     # Every row's parent the row before it (not these padded trees): other outputs.
     wrong = copies(args)
     wrong["retrieve_parent_token"] = torch.clamp(torch.arange(24) - 1, min=0).repeat(2, 1).to(parent_dtype).to(DEVICE)
-    assert not torch.equal(kernel.tree_conv_update(**wrong, parents_given=True).cpu(), ref[0])
+    assert not torch.equal(kernel.tree_conv_update(**wrong, parents_given=True, block_r=block_r).cpu(), ref[0])
     # A buffer of garbage (another forward's, never written): indices far outside the rows read x's last row at most.
     garbage = copies(args)
     garbage["retrieve_parent_token"] = torch.tensor([[10**6, -(10**6)] * 12] * 2, dtype=parent_dtype, device=DEVICE)
-    assert torch.isfinite(kernel.tree_conv_update(**garbage, parents_given=True)).all()
+    assert torch.isfinite(kernel.tree_conv_update(**garbage, parents_given=True, block_r=block_r)).all()
 
 
 def test_cache_line_indices_read_through_their_strides():
