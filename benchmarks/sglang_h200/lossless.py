@@ -102,7 +102,9 @@ def run_one(c):
     # SGLang names each Triton kernel compiled while serving (the tree step's should compile at the worker's start).
     out["served_compiles"] = [l for l in (stderr or "").splitlines() if "after serving started" in l][-20:]
     if trace and os.path.exists(trace):
-        out["trace"] = [json.loads(l) for l in open(trace).read().splitlines()[: c.get("trace_steps", 60)]]
+        lines = open(trace).read().splitlines()
+        out["trace"] = [json.loads(l) for l in lines[: c.get("trace_steps", 60)]]
+        out["trace_last"] = json.loads(lines[-1]) if lines else None  # the run's last step (its counters)
     if not line:
         out["err"] = (stderr or stdout)[-6000:]
     if c.get("expect_error"):  # a configuration that must fail at startup with this text (e.g. fit.py's message)
@@ -133,5 +135,8 @@ for out in results:
         out["first_diff"] = [next((j for j, (u, v) in enumerate(zip(a["ids"], b["ids"])) if u != v), None)
                              for a, b in zip(ref["res"], out["res"])]
     seen = f" expected error seen {out['expected_error_seen']}" if "expected_error_seen" in out else ""
+    # A traced DDTREE run: the routed tree conv's calls in the scheduler's process by its last step (None: not routed).
+    conv = (out.get("trace_last") or {}).get("tree_conv")
+    seen += f" tree conv {conv['engine_calls']} calls, {conv['given_calls']} given" if conv else ""
     print(f"{out['label']:<28} rc {out['rc']} same {out.get('same_as_ar')} verify {out.get('verify_ct')}{seen}", flush=True)
 json.dump(results, open(OUT, "w"), indent=1)

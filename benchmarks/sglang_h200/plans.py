@@ -210,7 +210,7 @@ def treeconv():
     return [{"label": "lab ar", "pair": "lab"},
             {"label": "lab ar batch", "pair": "lab", "batch": True},
             ddtree("lab ddtree 15/8 graph treeconv", "lab", 15, 8, trace=True, **conv, **graphs_on),
-            ddtree("lab ddtree 15/8 treeconv", "lab", 15, 8, **conv),
+            ddtree("lab ddtree 15/8 treeconv", "lab", 15, 8, trace=True, **conv),
             ddtree("lab ddtree 15/8 graph batch treeconv", "lab", 15, 8, batch=True, **conv, **graphs_on),
             ddtree("lab ddtree 128/8 graph treeconv", "lab", 128, 8, timeout=400, **conv, **graphs_on),
             ddtree("lab ddtree 256/8 graph treeconv", "lab", 256, 8, timeout=400, **conv, **graphs_on)]

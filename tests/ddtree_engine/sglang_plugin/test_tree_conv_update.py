@@ -215,6 +215,7 @@ def test_install_follows_the_switch_and_wraps_once(sglang_plugin, monkeypatch):
     for off in ("0", "off", " False "):
         monkeypatch.setenv(tree_conv.ENV, off)
         assert tree_conv.install() is False and module.causal_conv1d_update is sglang_update()
+    assert tree_conv.counters() is None  # nothing routed: DDTREE_TRACE records null
     monkeypatch.delenv(tree_conv.ENV)  # on by default
     monkeypatch.setattr(tree_conv, "PARENTS_ONCE", False)
     assert tree_conv.install() is True and Backend.forward_extend is unscoped  # PARENTS_ONCE off: no layer scope
@@ -224,6 +225,10 @@ def test_install_follows_the_switch_and_wraps_once(sglang_plugin, monkeypatch):
     assert tree_conv.install() is True and tree_conv.install() is True
     assert module.causal_conv1d_update.parents_once is True
     assert module.causal_conv1d_update.original is sglang_update()
+    # What DDTREE_TRACE records: the installed router's counts, read when asked.
+    assert tree_conv.counters() == {"engine_calls": 0, "given_calls": 0, "first_layer": None, "parents_once": True}
+    module.causal_conv1d_update.engine_calls, module.causal_conv1d_update.given_calls = 12, 10
+    assert tree_conv.counters()["engine_calls"] == 12 and tree_conv.counters()["given_calls"] == 10
     assert Backend.forward_extend.original is unscoped
     layer = types.SimpleNamespace(layer_id=7)
     assert Backend().forward_extend(layer=layer, forward_batch=None) == 7 and Backend().forward_extend(layer, None) == 7

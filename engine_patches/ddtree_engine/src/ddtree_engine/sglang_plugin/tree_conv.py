@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextvars
 import importlib
 import logging
+import sys
 
 from .prep import env_switch
 
@@ -121,6 +122,19 @@ def router(original, parents_once: bool = False):
     routed.first_layer = None
     routed.original = original
     return routed
+
+
+def counters() -> dict | None:
+    """This process's routed tree conv calls (DDTREE_TRACE records them): `engine_calls`, `given_calls` (those that took
+    the parents given), `first_layer` and `parents_once` of the router install() put in gdn_backend; None where it has
+    not (the switch off, another conv, gdn_backend not imported). Python calls: under CUDA graphs, those of the
+    captures (a replay runs the captured kernels without calling the router)."""
+    module = sys.modules.get(TARGET[0])
+    routed = getattr(module, TARGET[1], None) if module is not None else None
+    if getattr(routed, "original", None) is None:
+        return None
+    return {"engine_calls": routed.engine_calls, "given_calls": routed.given_calls, "first_layer": routed.first_layer,
+            "parents_once": routed.parents_once}
 
 
 def install() -> bool:

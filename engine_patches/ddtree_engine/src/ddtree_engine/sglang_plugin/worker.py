@@ -585,6 +585,7 @@ class DDTreeWorker(DFlashWorkerV2):
 
     def _trace(self, prefix_lens, draft_logits, tokens, parents, choice, path, commit_lens, graph, draft_graph) -> None:
         """Append this step, one JSON line per request, to DDTREE_TRACE's file."""
+        conv = tree_conv.counters()
         with open(self._trace_path, "a") as out:
             for i in range(len(commit_lens)):
                 n = int(commit_lens[i])
@@ -598,5 +599,6 @@ class DDTreeWorker(DFlashWorkerV2):
                     "commit_len": n,
                     "graph": bool(graph),
                     "draft_graph": bool(draft_graph),
+                    "tree_conv": conv,  # the routed tree conv's calls so far in this process (tree_conv.counters)
                 }
                 out.write(json.dumps(record) + "\n")
