@@ -74,12 +74,13 @@ def compile_seconds(rows: int, tree: bool = True) -> tuple[float, int]:
     return time.perf_counter() - start, compiled.asm["ptx"].count("\n")
 
 
-def ddtree_compile_seconds(rows: int, width: int = 4, parents_given: bool = False) -> tuple[float, int, int, int]:
+def ddtree_compile_seconds(rows: int, width: int = 4, parents_given: bool = False) -> tuple[float, int, int, int, int]:
     """The same for kernels/tree_conv_update, with the constants its launcher passes for that call (bf16 x and state,
     no bias, the windows kept, cache lines indexed). None of them depends on the rows (kernel.constexprs), so every
     width compiles the same code: compiled again here at each all the same, to show it. Also returns the PTX's
-    barriers (`bar.sync`: the parent phase's rounds have one each) and warp shuffles (`shfl`: the given variant's
-    ancestor walk by tl.gather in registers)."""
+    barriers (`bar.sync`: the parent phase's rounds have one each), warp shuffles (`shfl`: the given variant's
+    ancestor walk by tl.gather in registers) and shared-memory loads and stores (`ld.shared`, `st.shared`). The line
+    count includes the debug info's source path, so it is comparable only between compiles from one checkout."""
     from ddtree_engine.kernels.tree_conv_update.kernel import _tree_conv_update_kernel as kernel
     from ddtree_engine.kernels.tree_conv_update.kernel import constexprs
 
@@ -94,7 +95,8 @@ def ddtree_compile_seconds(rows: int, width: int = 4, parents_given: bool = Fals
     compiled = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=cs),
                               target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
     ptx = compiled.asm["ptx"]
-    return time.perf_counter() - start, ptx.count("\n"), ptx.count("bar.sync"), ptx.count("shfl.sync")
+    shared = ptx.count("ld.shared") + ptx.count("st.shared")
+    return time.perf_counter() - start, ptx.count("\n"), ptx.count("bar.sync"), ptx.count("shfl.sync"), shared
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,9 +119,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{lines} PTX lines", flush=True)
         if args.ddtree:  # and its variant for a layer that takes the parents given (tree_conv_update's parents_given)
             for given in (False, True):
-                seconds, lines, barriers, shuffles = ddtree_compile_seconds(rows, parents_given=given)
+                seconds, lines, barriers, shuffles, shared = ddtree_compile_seconds(rows, parents_given=given)
                 print(f"rows {rows:4d} (budget {rows - 1:3d}) {'ddtree-given' if given else 'ddtree'}: compile "
-                      f"{seconds:6.1f} s, {lines} PTX lines, {barriers} barriers, {shuffles} shuffles", flush=True)
+                      f"{seconds:6.1f} s, {lines} PTX lines, {barriers} barriers, {shuffles} shuffles, "
+                      f"{shared} shared loads and stores", flush=True)
     return 0
 
 

@@ -104,7 +104,10 @@ def run_one(c):
     if trace and os.path.exists(trace):
         lines = open(trace).read().splitlines()
         out["trace"] = [json.loads(l) for l in lines[: c.get("trace_steps", 60)]]
-        out["trace_last"] = json.loads(lines[-1]) if lines else None  # the run's last step (its counters)
+        try:  # the run's last step (its counters); a server killed mid-write can leave half a line
+            out["trace_last"] = json.loads(lines[-1]) if lines else None
+        except json.JSONDecodeError:
+            out["trace_last"] = None
     if not line:
         out["err"] = (stderr or stdout)[-6000:]
     if c.get("expect_error"):  # a configuration that must fail at startup with this text (e.g. fit.py's message)

@@ -146,6 +146,20 @@ def test_parents_given_take_the_parents_from_retrieve_parent_token(name, parent_
     assert torch.isfinite(kernel.tree_conv_update(**garbage, parents_given=True, block_r=block_r)).all()
 
 
+def test_parents_given_for_requests_shorter_than_a_row_block():
+    """10 rows, 16-row blocks, a parent buffer of exactly [batch, rows] (SGLang's at budget 9): every ancestor from
+    the registers, the block's rows past the request neither read from the buffer nor written."""
+    trees = [SHAPES["chain then fork"], SHAPES["star (depth 1)"], SHAPES["chain"]]
+    args = case(trees, 10, 24, 4, torch.float32, seed=8)
+    ref, _ = run_both(args)
+    given = copies(args)
+    given["retrieve_parent_token"] = ref[3].to(torch.int32).to(DEVICE).contiguous()
+    assert tuple(given["retrieve_parent_token"].shape) == (3, 10)
+    out = kernel.tree_conv_update(**given, parents_given=True, block_r=16)
+    got = [out, given["conv_state"], given["intermediate_conv_window"], given["retrieve_parent_token"]]
+    assert_same(ref, [a.cpu() for a in got[:3]] + [got[3].long().cpu()], torch.float32)
+
+
 def test_cache_line_indices_read_through_their_strides():
     args = case([SHAPES["random 17"], SHAPES["chain"]], 17, 16, 4, torch.float32, seed=4)
     expected = run_both(args)[0]

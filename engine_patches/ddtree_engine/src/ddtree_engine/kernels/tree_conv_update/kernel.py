@@ -20,7 +20,7 @@ the rows a runtime argument: one compile serves every width.
    With the parents given (`parents_given`), the first BLOCK_R rows' parents are read once, at the start, and
    their ancestors walked by `tl.gather` in registers; a later row's ancestor beyond them is read. On an H100
    (2026-12-06, ABA against a dependent load a tap; benchmarks/results/conv_verify_kernel_20261206c_h100_ab.json):
-   0.07-0.16 us a launch faster at 16 rows (8.92-10.49 us against 9.03-10.55), 0.02-0.15 us slower at 33.
+   0.06-0.16 us a launch faster at 16 rows (8.92-10.49 us against 9.03-10.55), 0.02-0.15 us slower at 33.
 3. after a barrier, the cache line's state becomes its last K-1 inputs, as in SGLang.
 
 Per tap the product is taken in the inputs' dtype and added to an fp32 sum, in SGLang's order, so
