@@ -10,28 +10,19 @@ Every variant's arrays are checked against the default's.
 """
 import statistics
 import sys
+from pathlib import Path
 
 import torch
 from triton.testing import do_bench
 
-from ddtree_engine.kernels.tree_step import TreeStep
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, as the earlier scripts here
+from bench_tree_step import graphed  # noqa: E402  (it puts the engine's src on the path)
+from ddtree_engine.kernels.tree_step import TreeStep  # noqa: E402
 
 SMOKE = "--smoke" in sys.argv
 L, V = (3, 3000) if SMOKE else (15, 151_936)
 DEV = "cpu" if SMOKE else "cuda"
 ROUNDS = 1 if SMOKE else 7
-
-
-def graphed(fn):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return g
 
 
 def main():

@@ -78,14 +78,19 @@ def copies(args: dict, device=DEVICE) -> dict:
     return {k: (v.clone().to(device) if isinstance(v, torch.Tensor) else v) for k, v in args.items()}
 
 
+def arrays(out, args: dict) -> list:
+    """A call's arrays on the CPU: its output, and of the `args` it ran on the conv state, the windows (None where
+    not kept) and the parents (as int64: SGLang's graph buffers are int32)."""
+    got = [out, args["conv_state"], args["intermediate_conv_window"]]
+    return [a.cpu() if a is not None else None for a in got] + [args["retrieve_parent_token"].long().cpu()]
+
+
 def run_both(args: dict):
     """(reference's arrays, kernel's arrays): out, conv_state, windows, parents, each side on its own copies."""
     results = []
     for side, device in ((reference, "cpu"), (kernel, DEVICE)):
         mine = copies(args, device)
-        out = side.tree_conv_update(**mine)
-        arrays = [out, mine["conv_state"], mine["intermediate_conv_window"], mine["retrieve_parent_token"]]
-        results.append([a.cpu() if a is not None else None for a in arrays])
+        results.append(arrays(side.tree_conv_update(**mine), mine))
     return results
 
 
@@ -134,8 +139,7 @@ def test_parents_given_take_the_parents_from_retrieve_parent_token(name, parent_
     given["retrieve_next_token"] = torch.full_like(given["retrieve_next_token"], -1)  # not read
     given["retrieve_next_sibling"] = torch.full_like(given["retrieve_next_sibling"], -1)
     out = kernel.tree_conv_update(**given, parents_given=True, block_r=block_r)
-    got = [out, given["conv_state"], given["intermediate_conv_window"], given["retrieve_parent_token"]]
-    assert_same(ref, [a.cpu() for a in got[:3]] + [got[3].long().cpu()], torch.float32)
+    assert_same(ref, arrays(out, given), torch.float32)
     # Every row's parent the row before it (not these padded trees): other outputs.
     wrong = copies(args)
     wrong["retrieve_parent_token"] = torch.clamp(torch.arange(24) - 1, min=0).repeat(2, 1).to(parent_dtype).to(DEVICE)
@@ -156,8 +160,7 @@ def test_parents_given_for_requests_shorter_than_a_row_block():
     given["retrieve_parent_token"] = ref[3].to(torch.int32).to(DEVICE).contiguous()
     assert tuple(given["retrieve_parent_token"].shape) == (3, 10)
     out = kernel.tree_conv_update(**given, parents_given=True, block_r=16)
-    got = [out, given["conv_state"], given["intermediate_conv_window"], given["retrieve_parent_token"]]
-    assert_same(ref, [a.cpu() for a in got[:3]] + [got[3].long().cpu()], torch.float32)
+    assert_same(ref, arrays(out, given), torch.float32)
 
 
 def test_cache_line_indices_read_through_their_strides():
@@ -169,9 +172,7 @@ def test_cache_line_indices_read_through_their_strides():
         args[name] = spread.to(DEVICE)[::2]  # stride 2 (run_both's clones would make it contiguous)
     mine = {k: (v.clone().to(DEVICE) if isinstance(v, torch.Tensor) and not k.endswith("_indices") else v)
             for k, v in args.items()}
-    out = kernel.tree_conv_update(**mine)
-    got = [out, mine["conv_state"], mine["intermediate_conv_window"], mine["retrieve_parent_token"]]
-    assert_same(expected, [a.cpu() for a in got], torch.float32)
+    assert_same(expected, arrays(kernel.tree_conv_update(**mine), mine), torch.float32)
 
 
 def test_several_channel_blocks_a_request():
