@@ -53,14 +53,15 @@ def _padded(parents, n_out):
 ROW_CASES = [(shape, rows) for shape in SHAPES for rows in (1, 4, 16) if rows > 1 or SHAPES[shape][1] <= 65]
 
 
+@pytest.mark.parametrize("gather", [False, True], ids=["loads", "gather"])
 @pytest.mark.parametrize("shape,rows", ROW_CASES)
-def test_kernel_matches_the_reference(shape, rows):
+def test_kernel_matches_the_reference(shape, rows, gather):
     parents, n_out = SHAPES[shape]
     par, dep = _padded(parents, n_out)
     prefix = 1000 + len(shape)
     got = kernel.compile_tree_arrays(
         par.to(DEVICE), dep.to(DEVICE), torch.tensor([len(parents)], device=DEVICE),
-        torch.tensor([prefix], device=DEVICE), max(_depths(parents)), rows_per_program=rows,
+        torch.tensor([prefix], device=DEVICE), max(_depths(parents)), rows_per_program=rows, gather=gather,
     )
     want = reference.compile_tree_arrays(par, dep, len(parents), prefix)
     for field, g, w in zip(FIELDS, got, want):
@@ -119,15 +120,43 @@ def test_core_compile_tree_on_the_kernel_equals_the_reference(monkeypatch):
 
 @gpu
 @needs_cuda
+@pytest.mark.parametrize("gather", [False, True], ids=["loads", "gather"])
 @pytest.mark.parametrize("rows", [1, 4, 16])
 @pytest.mark.parametrize("n", [16, 23, 65, 257, 513])
-def test_large_trees_on_the_gpu(n, rows):
+def test_large_trees_on_the_gpu(n, rows, gather):
     parents = random_depth_major_tree(n - 3, n)
     par, dep = _padded(parents, n)
     got = kernel.compile_tree_arrays(
         par.cuda(), dep.cuda(), torch.tensor([n - 3], device="cuda"), torch.tensor([5], device="cuda"), max(_depths(parents)),
-        rows_per_program=rows,
+        rows_per_program=rows, gather=gather,
     )
     want = reference.compile_tree_arrays(par, dep, n - 3, 5)
     for field, g, w in zip(FIELDS, got, want):
         assert torch.equal(g.cpu(), w), f"n={n}: {field} differ"
+
+
+def test_the_compile_climbs_by_gather_by_default_between_its_bounds(monkeypatch):
+    """gather=None takes the gather from GATHER_FROM_ROWS to GATHER_UP_TO_ROWS rows (where the H100 step was faster
+    with it) and the loads outside; the launch gets that choice and either gives the reference's arrays."""
+    assert [kernel.climbs_by_gather(n) for n in (16, 33, 48, 49, 129, 193, 194, 257)] == [
+        False, False, False, True, True, True, False, False]
+    launched = []
+    real = kernel._compile_tree
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launched.append(kwargs["GATHER"])
+                return real[grid](*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(kernel, "_compile_tree", Spy())
+    for n in (16, 65, 200):
+        parents = random_depth_major_tree(n - 2, n)
+        par, dep = _padded(parents, n)
+        got = kernel.compile_tree_arrays(par.to(DEVICE), dep.to(DEVICE), torch.tensor([n - 2], device=DEVICE),
+                                         torch.tensor([9], device=DEVICE), max(_depths(parents)))
+        want = reference.compile_tree_arrays(par, dep, n - 2, 9)
+        for field, g, w in zip(FIELDS, got, want):
+            assert torch.equal(g.cpu(), w), f"n={n}: {field} differ"
+    assert launched == [False, True, False]

@@ -194,6 +194,9 @@ def test_engine_is_lossless_with_the_tree_kernels(engines, monkeypatch):
     with build, compile and walk on the kernels (the drafters' fp64 logits keep the top-K on its
     reference: that kernel takes fp32/bf16/fp16)."""
     calls = {"build": 0, "compile": 0, "walk": 0}
+    gathered = []
+    real_rule = mask_kernel.climbs_by_gather
+    monkeypatch.setattr(mask_kernel, "climbs_by_gather", lambda n: gathered.append(n) or real_rule(n))
     for name, module, fn in (
         ("build", build_kernel, "build_tree_arrays"),
         ("compile", mask_kernel, "compile_tree_arrays"),
@@ -215,6 +218,8 @@ def test_engine_is_lossless_with_the_tree_kernels(engines, monkeypatch):
         for case, spec, rule in (
             ("ddtree deep", SpeculativeConfig("ddtree", 15, 4), rule_deep),
             ("ddtree siblings", SpeculativeConfig("ddtree", 8, 3), rule_siblings),
+            # 64 nodes: the compile climbs by gather (tree_mask.kernel.climbs_by_gather)
+            ("ddtree wide", SpeculativeConfig("ddtree", 63, 4), rule_siblings),
             ("dflash", SpeculativeConfig("dflash"), rule_deep),
         ):
             drafter = OracleDrafter(prompt + truth, engine.runner.vocab_size, rule, seed=3)
@@ -222,6 +227,7 @@ def test_engine_is_lossless_with_the_tree_kernels(engines, monkeypatch):
             assert result.token_ids == truth, f"{arch} {case}"
             assert max(s.accepted_drafts for s in result.steps) >= 2, f"{arch} {case}: nothing deep was accepted"
     assert all(calls.values()), f"a kernel was never called: {calls}"
+    assert any(real_rule(n) for n in gathered), f"no tree took the compile's gather: sizes {sorted(set(gathered))}"
 
 
 @pytest.mark.parametrize("fused", [False, True])

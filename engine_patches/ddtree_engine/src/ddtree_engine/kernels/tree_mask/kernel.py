@@ -3,7 +3,8 @@
 One program per block of BR rows (ROWS_PER_PROGRAM = 4 by default: the rows' climbs below are the
 kernel's time, so small blocks side by side beat large ones; measured figures at the constant). A row's ancestors are found by climbing its parent chain
 (at most L + 1 steps: the tree's depth bound), marking one column of the dense mask and one bit
-of the packed mask per step; first_child and next_sibling are one compare-and-min over the
+of the packed mask per step (each step a load of the next parent, or from 49 to 193 rows a `tl.gather` from the
+parent array read once: `climbs_by_gather`, measured at GATHER_FROM_ROWS); first_child and next_sibling are one compare-and-min over the
 parent array each. Padding rows (from num_nodes on) see only themselves.
 """
 
@@ -33,19 +34,23 @@ def _compile_tree(
     BR: tl.constexpr,
     NP: tl.constexpr,
     WP: tl.constexpr,
+    GATHER: tl.constexpr = False,
     GDC: tl.constexpr = False,
 ):
     gdc_enter(GDC)
     _compile_rows(tl.program_id(0) * BR, par_ptr, dep_ptr, n_ptr, prefix_ptr, max_depth, mask_ptr, packed_ptr, pos_ptr, fc_ptr,
-                  ns_ptr, N, W, BR, NP, WP)
+                  ns_ptr, N, W, BR, NP, WP, GATHER)
 
 
 @triton.jit
 def _compile_rows(
     row0, par_ptr, dep_ptr, n_ptr, prefix_ptr, max_depth, mask_ptr, packed_ptr, pos_ptr, fc_ptr, ns_ptr, N, W,
-    BR: tl.constexpr, NP: tl.constexpr, WP: tl.constexpr,
+    BR: tl.constexpr, NP: tl.constexpr, WP: tl.constexpr, GATHER: tl.constexpr = False,
 ):
-    """Rows row0 .. row0 + BR - 1 of the compiled tree (one program's share)."""
+    """Rows row0 .. row0 + BR - 1 of the compiled tree (one program's share).
+
+    GATHER: the parent array is read once ([NP], in registers) and each step of the climb is a `tl.gather` from
+    it (warp shuffles) instead of a load that waits on the one before; the same arrays."""
     rows = row0 + tl.arange(0, BR)
     cols = tl.arange(0, NP)
     words = tl.arange(0, WP)
@@ -56,18 +61,22 @@ def _compile_rows(
     dense = tl.zeros([BR, NP], dtype=tl.int1)
     packed = tl.zeros([BR, WP], dtype=tl.int64)
     node = tl.where(rmask, rows, -1)
+    par_all = tl.load(par_ptr + cols, mask=real_col, other=-2).to(tl.int32)
     for _ in range(0, max_depth + 1):
         on = node >= 0
         dense = dense | ((cols[None, :] == node[:, None]) & on[:, None])
         bit = tl.where(on, tl.full([BR], 1, tl.int64) << (node & 31).to(tl.int64), 0)
         packed = packed | tl.where(words[None, :] == (node >> 5)[:, None], bit[:, None], 0)
-        nxt = tl.load(par_ptr + node, mask=on & real_row, other=-1).to(tl.int32)
+        if GATHER:
+            # A climbing node is a real row (< n), whose parent par_all holds (-1 for the root's children).
+            nxt = tl.gather(par_all, tl.minimum(tl.maximum(node, 0), NP - 1), 0)
+        else:
+            nxt = tl.load(par_ptr + node, mask=on & real_row, other=-1).to(tl.int32)
         node = tl.where(on & real_row, nxt, -1)
     store_rc = rmask[:, None] & (cols[None, :] < N)
     tl.store(mask_ptr + rows[:, None] * N + cols[None, :], dense, mask=store_rc)
     tl.store(packed_ptr + rows[:, None] * W + words[None, :], packed.to(tl.int32), mask=rmask[:, None] & (words[None, :] < W))
 
-    par_all = tl.load(par_ptr + cols, mask=real_col, other=-2).to(tl.int32)
     none = NP
     child = (par_all[None, :] == rows[:, None]) & real_row[:, None]
     first = tl.min(tl.where(child, cols[None, :], none), axis=1)
@@ -91,6 +100,7 @@ def compile_tree_arrays(
     rows_per_program: int | None = None,
     num_warps: int = 4,
     pdl: bool | None = None,
+    gather: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Mask, packed mask, positions and child/sibling links of a padded tree (Triton).
 
@@ -103,6 +113,8 @@ def compile_tree_arrays(
         rows_per_program: rows per program (a power of two; None: ROWS_PER_PROGRAM); num_warps: warps
             per program.
         pdl: launch with programmatic dependent launch (kernels/gdc.py; None: DDTREE_PDL, else gdc.DEFAULT).
+        gather: climb the parent chains by `tl.gather` from the parents read once (`_compile_rows`' GATHER)
+            instead of a load a step; the same arrays. None: `climbs_by_gather(N)`.
 
     Returns:
         As tree_mask.reference.compile_tree_arrays.
@@ -124,9 +136,11 @@ def compile_tree_arrays(
             torch.empty(n_out, **long),
         )
     consts = launch_constants(n_out, rows_per_program)
+    if gather is None:
+        gather = climbs_by_gather(n_out)
     _compile_tree[(triton.cdiv(n_out, consts["BR"]),)](
-        parents, depths, num_nodes, prefix_len, max_depth, *out, n_out, words, **consts, num_warps=num_warps,
-        **launch_options(parents, pdl),
+        parents, depths, num_nodes, prefix_len, max_depth, *out, n_out, words, **consts, GATHER=gather,
+        num_warps=num_warps, **launch_options(parents, pdl),
     )
     return out
 
@@ -136,6 +150,19 @@ def compile_tree_arrays(
 # budget 15 6.6 us at 4 rows against 7.5 at 16; budget 64 8.9 against 12.2; budget 256 9.2 against 22.8
 # (8 rows 13.2, 32 rows 36.5): a row climbs its parent chain, so fewer rows a program run side by side.
 ROWS_PER_PROGRAM = 4
+# The tree sizes (N rows) at which the compile climbs by gather (`compile_tree_arrays`' gather=None, `climbs_by_gather`).
+# H100, 2026-12-06, the step with the walk in CUDA graphs (PDL, TreeStep's default build), medians of 7 and 9
+# interleaved rounds, gather against loads (benchmarks/results/gathers_20261206_h100.txt, compile_gather_20261206_h100.txt):
+# budget 48 -0.25 us, 64 -1.28 / -0.96, 96 -1.38, 128 -1.38 / -0.77, 192 -1.83; outside the bounds no gain: 15 +0.03 /
+# +0.29 (tail_launch_20261206_h100.txt), 22 -0.29 / -0.16, 32 +0.29, 256 +0.51 / +0.32 (the compile alone 0.6-0.8 us
+# faster there, the step not).
+GATHER_FROM_ROWS = 49
+GATHER_UP_TO_ROWS = 193
+
+
+def climbs_by_gather(n_out: int) -> bool:
+    """Whether the compile of an N-row tree climbs by gather by default (GATHER_FROM_ROWS .. GATHER_UP_TO_ROWS)."""
+    return GATHER_FROM_ROWS <= n_out <= GATHER_UP_TO_ROWS
 
 
 def launch_constants(n_out: int, rows_per_program: int | None = None) -> dict:
