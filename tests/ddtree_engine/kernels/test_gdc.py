@@ -64,6 +64,8 @@ from ddtree_engine.kernels.tree_walk import kernel as walk
 
 i64, i32 = "*i64", "i32"
 first = topk.first_pass_constants(151_936, 8, 4096)
+compile_sig = {"par_ptr": i64, "dep_ptr": i64, "n_ptr": i64, "prefix_ptr": i64, "max_depth": i32, "mask_ptr": "*i1",
+               "packed_ptr": "*i32", "pos_ptr": i64, "fc_ptr": i64, "ns_ptr": i64, "N": i32, "W": i32}
 kernels = {
     "first pass": (topk._chunk_topk, {"logits_ptr": "*bf16", "stride_row": i32, "V": i32, "NCHUNK": i32, "keys_ptr": i64,
                                       "max_ptr": "*fp32", "sum_ptr": "*fp64"},
@@ -71,9 +73,9 @@ kernels = {
                     "ROUNDS": False}, 4),
     "merge": (topk._merge_topk, {"keys_ptr": i64, "max_ptr": "*fp32", "sum_ptr": "*fp64", "NCHUNK": i32, "vals_ptr": "*fp64",
                                  "ids_ptr": i64}, {c: first[c] for c in ("K", "KP", "CP", "BLOCK")}, 1),
-    "compile": (mask._compile_tree, {"par_ptr": i64, "dep_ptr": i64, "n_ptr": i64, "prefix_ptr": i64, "max_depth": i32,
-                                     "mask_ptr": "*i1", "packed_ptr": "*i32", "pos_ptr": i64, "fc_ptr": i64, "ns_ptr": i64,
-                                     "N": i32, "W": i32}, mask.launch_constants(16), 4),
+    "compile": (mask._compile_tree, compile_sig, {**mask.launch_constants(16), "GATHER": False}, 4),
+    # 65 rows: the climb by gather (mask.climbs_by_gather), its one parent load before the climb
+    "compile by gather": (mask._compile_tree, compile_sig, {**mask.launch_constants(65), "GATHER": True}, 4),
     "walk": (walk._walk, {"tok_ptr": i64, "par_ptr": i64, "n_ptr": i64, "choice_ptr": i64, "max_depth": i32, "path_ptr": i64,
                           "emit_ptr": i64, "len_ptr": i64, "bonus_ptr": i64, "N": i32}, {"NP": 16}, 4),
 }
@@ -97,7 +99,7 @@ def test_each_kernel_waits_before_touching_memory_in_the_h200_code():
     proc = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.split("\n")
-    for name in ("first pass", "merge", "compile", "walk"):
+    for name in ("first pass", "merge", "compile", "compile by gather", "walk"):
         assert f"{name} True True True True" in lines, proc.stdout
         assert f"{name} False False False False" in lines, proc.stdout
 

@@ -21,6 +21,7 @@ from ddtree_engine.kernels.topk_logprobs import kernel as topk_kernel  # noqa: E
 from ddtree_engine.kernels.topk_logprobs import reference as topk_reference  # noqa: E402
 from ddtree_engine.kernels.tree_build import kernel as build_kernel  # noqa: E402
 from ddtree_engine.kernels.tree_mask import kernel as mask_kernel  # noqa: E402
+from ddtree_engine.kernels.tree_mask import reference as mask_reference  # noqa: E402
 from ddtree_engine.kernels.tree_step import TreeStep, reference_step  # noqa: E402
 from ddtree_engine.kernels.tree_walk import kernel as walk_kernel  # noqa: E402
 from ddtree_engine.types import SpeculativeConfig  # noqa: E402
@@ -192,9 +193,10 @@ def test_random_steps_with_ties_and_non_finite_logits_match_the_references(seed)
 def test_engine_is_lossless_with_the_tree_kernels(engines, monkeypatch):
     """ddtree (deep and sibling acceptances) and dflash emit ar's tokens on both architectures
     with build, compile and walk on the kernels (the drafters' fp64 logits keep the top-K on its
-    reference: that kernel takes fp32/bf16/fp16)."""
+    reference: that kernel takes fp32/bf16/fp16), and every compile on the way equals its reference (a 64-node tree
+    among them: the compile's climb by gather)."""
     calls = {"build": 0, "compile": 0, "walk": 0}
-    gathered = []
+    gathered, wrong = [], []
     real_rule = mask_kernel.climbs_by_gather
     monkeypatch.setattr(mask_kernel, "climbs_by_gather", lambda n: gathered.append(n) or real_rule(n))
     for name, module, fn in (
@@ -206,7 +208,16 @@ def test_engine_is_lossless_with_the_tree_kernels(engines, monkeypatch):
 
         def counted(*a, _real=real, _name=name, **kw):
             calls[_name] += 1
-            return _real(*a, **kw)
+            out = _real(*a, **kw)
+            if _name == "compile":
+                # The reference engine's verify builds its own mask from the parents and its walk reads only the
+                # links, so the compiled mask is checked here, against the compile's reference, on every tree.
+                parents, depths, num_nodes, prefix_len = a[:4]
+                want = mask_reference.compile_tree_arrays(parents.cpu(), depths.cpu(), int(num_nodes.reshape(-1)[0]),
+                                                          int(prefix_len.reshape(-1)[0]))
+                wrong.extend(f"{parents.shape[0]} rows: {field}" for field, g, w in zip(COMPILED, out, want)
+                             if not torch.equal(g.cpu(), w))
+            return out
 
         monkeypatch.setattr(module, fn, counted)
     prompt, max_new = [60, 9, 200, 33, 101], 12
@@ -228,6 +239,7 @@ def test_engine_is_lossless_with_the_tree_kernels(engines, monkeypatch):
             assert max(s.accepted_drafts for s in result.steps) >= 2, f"{arch} {case}: nothing deep was accepted"
     assert all(calls.values()), f"a kernel was never called: {calls}"
     assert any(real_rule(n) for n in gathered), f"no tree took the compile's gather: sizes {sorted(set(gathered))}"
+    assert not wrong, f"compiled arrays differ from the reference: {wrong[:5]}"
 
 
 @pytest.mark.parametrize("fused", [False, True])

@@ -68,7 +68,7 @@ def _compile_rows(
         bit = tl.where(on, tl.full([BR], 1, tl.int64) << (node & 31).to(tl.int64), 0)
         packed = packed | tl.where(words[None, :] == (node >> 5)[:, None], bit[:, None], 0)
         if GATHER:
-            # A climbing node is a real row (< n), whose parent par_all holds (-1 for the root's children).
+            # A climbing node is a real row (< n), whose parent par_all holds (-1 for the root).
             nxt = tl.gather(par_all, tl.minimum(tl.maximum(node, 0), NP - 1), 0)
         else:
             nxt = tl.load(par_ptr + node, mask=on & real_row, other=-1).to(tl.int32)
@@ -151,11 +151,12 @@ def compile_tree_arrays(
 # (8 rows 13.2, 32 rows 36.5): a row climbs its parent chain, so fewer rows a program run side by side.
 ROWS_PER_PROGRAM = 4
 # The tree sizes (N rows) at which the compile climbs by gather (`compile_tree_arrays`' gather=None, `climbs_by_gather`).
-# H100, 2026-12-06, the step with the walk in CUDA graphs (PDL, TreeStep's default build), medians of 7 and 9
-# interleaved rounds, gather against loads (benchmarks/results/gathers_20261206_h100.txt, compile_gather_20261206_h100.txt):
-# budget 48 -0.25 us, 64 -1.28 / -0.96, 96 -1.38, 128 -1.38 / -0.77, 192 -1.83; outside the bounds no gain: 15 +0.03 /
-# +0.29 (tail_launch_20261206_h100.txt), 22 -0.29 / -0.16, 32 +0.29, 256 +0.51 / +0.32 (the compile alone 0.6-0.8 us
-# faster there, the step not).
+# H100, 2026-12-06, the step with the walk in CUDA graphs (PDL, TreeStep's default build), gather against loads, medians
+# of interleaved rounds in three runs (benchmarks/results/tail_launch_20261206_h100.txt, gathers_20261206_h100.txt,
+# compile_gather_20261206_h100.txt): budget 48 -0.25 us, 64 -1.29 / -1.28 / -0.96, 96 -1.38, 128 -1.38 / -0.77, 192
+# -1.83. Below the range: 15 +0.29 / +0.03, 22 -0.16 / -0.29 (a small gain, but 32, between it and 48, +0.29); above it:
+# 256 +0.51 / +0.32 (the compile alone 0.6-0.8 us faster there, the step not). TreeStep(fused=True)'s compile keeps the
+# loads.
 GATHER_FROM_ROWS = 49
 GATHER_UP_TO_ROWS = 193
 
