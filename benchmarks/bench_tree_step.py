@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -115,6 +116,33 @@ def graphed(fn):
     with torch.cuda.graph(graph):
         fn()
     return graph
+
+
+def graphed_argmax(logits: torch.Tensor) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    """The argmax over `logits`' last dimension in a CUDA graph: one kernel into a static output (no copy after it).
+    Returns the graph and that output, which the caller keeps alive while the graph replays."""
+    out = logits.argmax(dim=-1)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        torch.argmax(logits, dim=-1, out=out)
+    return graph, out
+
+
+def interleaved_rounds(graphs: dict, logits: torch.Tensor, rounds: int, name_width: int = 44, us_width: int = 6) -> None:
+    """Time `graphs` (name: CUDA graph) and the graphed argmax over `logits` in `rounds` interleaved rounds (each
+    round every graph's do_bench median, warm-up 10, rep 100 ms) and print each graph's median of its rounds, their
+    spread and its ratio to the argmax's (the result scripts under benchmarks/results/)."""
+    graphs = dict(graphs)
+    graphs["argmax"], _out = graphed_argmax(logits)
+    times = {name: [] for name in graphs}
+    for _ in range(rounds):
+        for name, g in graphs.items():
+            times[name].append(do_bench(g.replay, warmup=10, rep=100, return_mode="median") * 1e3)
+    med = {name: statistics.median(v) for name, v in times.items()}
+    print(f"# {torch.cuda.get_device_name()}, medians of {rounds} interleaved rounds")
+    for name, us in med.items():
+        spread = max(times[name]) - min(times[name])
+        print(f"{name:{name_width}s} {us:{us_width}.2f} us (rounds spread {spread:.2f})  {us / med['argmax']:.3f}x the graphed argmax")
 
 
 def floor_rows(logits: torch.Tensor, root, prefix, bench, argmax_us: float, argmax_graph_us: float,
@@ -228,10 +256,7 @@ def main() -> None:
     prefix = torch.tensor([100], device=device)
     bench = lambda fn, rep=args.rep: do_bench(fn, warmup=25, rep=rep, return_mode="median") * 1e3  # noqa: E731
     argmax_us = bench(lambda: logits.argmax(dim=-1))
-    graph_argmax = torch.cuda.CUDAGraph()
-    out_argmax = logits.argmax(dim=-1)
-    with torch.cuda.graph(graph_argmax):  # one kernel, into a static output (no copy after it)
-        torch.argmax(logits, dim=-1, out=out_argmax)
+    graph_argmax, _out_argmax = graphed_argmax(logits)
     argmax_graph_us = bench(graph_argmax.replay)
     print(f"argmax [L, V]: {argmax_us:.1f} us eager, {argmax_graph_us:.1f} us in a CUDA graph")
     rows = []

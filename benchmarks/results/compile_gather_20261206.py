@@ -1,19 +1,17 @@
 """Issue 10: the tree compile by gather (compile_tree_arrays(gather=True)) against a load a step, a second run at the
 budgets where gathers_20261206_h100.txt left it open (48 to 256), more rounds: the step with the walk (TreeStep's
 default build, PDL) and the compile alone, both ways (tree_mask.kernel.GATHER_FROM_ROWS set around each capture, GATHER_UP_TO_ROWS unbounded),
-ROUNDS interleaved rounds (median of the rounds' do_bench medians), same logits as bench_tree_step.py.
+ROUNDS interleaved rounds (median of the rounds' do_bench medians: bench_tree_step.interleaved_rounds), same logits as bench_tree_step.py.
 
     PYTHONPATH=engine_patches/ddtree_engine/src python benchmarks/results/compile_gather_20261206.py [--smoke]
 """
-import statistics
 import sys
 from pathlib import Path
 
 import torch
-from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, as the earlier scripts here
-from bench_tree_step import graphed  # noqa: E402  (it puts the engine's src on the path)
+from bench_tree_step import graphed, interleaved_rounds  # noqa: E402  (it puts the engine's src on the path)
 from ddtree_engine.kernels.tree_mask import kernel as mask_kernel  # noqa: E402
 from ddtree_engine.kernels.tree_step import TreeStep  # noqa: E402
 
@@ -60,20 +58,7 @@ def main():
         print(f"b{budget} ({a.build_method} build, {a.num_rows} rows): gather's arrays {'same' if same else 'MISMATCH'}", flush=True)
     if SMOKE:
         return
-    out = logits.argmax(-1)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        torch.argmax(logits, dim=-1, out=out)
-    graphs["argmax"] = g
-    times = {name: [] for name in graphs}
-    for _ in range(ROUNDS):
-        for name, g in graphs.items():
-            times[name].append(do_bench(g.replay, warmup=10, rep=100, return_mode="median") * 1e3)
-    med = {name: statistics.median(v) for name, v in times.items()}
-    print(f"# {torch.cuda.get_device_name()}, medians of {ROUNDS} interleaved rounds")
-    for name, us in med.items():
-        spread = max(times[name]) - min(times[name])
-        print(f"{name:36s} {us:7.2f} us (rounds spread {spread:.2f})  {us / med['argmax']:.3f}x the graphed argmax")
+    interleaved_rounds(graphs, logits, ROUNDS, name_width=36, us_width=7)
 
 
 main()

@@ -7,7 +7,7 @@ faster at 64. Here, at budgets 15, 22, 32, 64, 128 and 256 (TreeStep's default b
 PDL): the step with the walk with both climbs by loads, the compile's by gather, the layout's by gather (budgets up
 to 32, the one-warp builds) and both, and the compile alone both ways; tree_mask.kernel.GATHER_FROM_ROWS (GATHER_UP_TO_ROWS unbounded) and
 tree_build.kernel.LAYOUT_GATHER_UP_TO set around each capture (the graph keeps the kernels it launched). ROUNDS
-interleaved rounds (median of the rounds' do_bench medians), same logits as bench_tree_step.py ([15, 151,936] bf16,
+interleaved rounds (median of the rounds' do_bench medians: bench_tree_step.interleaved_rounds), same logits as bench_tree_step.py ([15, 151,936] bf16,
 randn * 3, seed 0); every arm's arrays checked against the loads'.
 
     git apply benchmarks/results/gathers_20261206_layout.diff   # the layout's gather (LAYOUT_GATHER_UP_TO) and its tests
@@ -15,15 +15,13 @@ randn * 3, seed 0); every arm's arrays checked against the loads'.
 
 The layout's gather was not landed: slower at every budget it took (gathers_20261206_h100.txt).
 """
-import statistics
 import sys
 from pathlib import Path
 
 import torch
-from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, as the earlier scripts here
-from bench_tree_step import graphed  # noqa: E402  (it puts the engine's src on the path)
+from bench_tree_step import graphed, interleaved_rounds  # noqa: E402  (it puts the engine's src on the path)
 from ddtree_engine.kernels.tree_build import kernel as build_kernel  # noqa: E402
 from ddtree_engine.kernels.tree_mask import kernel as mask_kernel  # noqa: E402
 from ddtree_engine.kernels.tree_step import TreeStep  # noqa: E402
@@ -85,20 +83,7 @@ def main():
                   flush=True)
     if SMOKE:
         return
-    out = logits.argmax(-1)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        torch.argmax(logits, dim=-1, out=out)
-    graphs["argmax"] = g
-    times = {name: [] for name in graphs}
-    for _ in range(ROUNDS):
-        for name, g in graphs.items():
-            times[name].append(do_bench(g.replay, warmup=10, rep=100, return_mode="median") * 1e3)
-    med = {name: statistics.median(v) for name, v in times.items()}
-    print(f"# {torch.cuda.get_device_name()}, medians of {ROUNDS} interleaved rounds")
-    for name, us in med.items():
-        spread = max(times[name]) - min(times[name])
-        print(f"{name:36s} {us:7.2f} us (rounds spread {spread:.2f})  {us / med['argmax']:.3f}x the graphed argmax")
+    interleaved_rounds(graphs, logits, ROUNDS, name_width=36, us_width=7)
 
 
 main()

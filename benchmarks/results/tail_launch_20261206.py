@@ -7,7 +7,7 @@ graph (tail_warps_20261206_h100.txt). Here: the default step (PDL), the same wit
 (compile_tree_arrays(gather=True)), the two-launch build with PDL and plain, the one-launch build (fused, PDL), the
 first pass + walk alone (the floor of any build on this pass), the compile alone both ways at 4 warps / 4 rows and
 1 warp / 16 rows (what the tail's last program runs), at budgets 15, 22 and 64; graphs measured in ROUNDS interleaved
-rounds (median of the rounds' do_bench medians), same logits as bench_tree_step.py ([15, 151,936] bf16, randn * 3,
+rounds (median of the rounds' do_bench medians: bench_tree_step.interleaved_rounds), same logits as bench_tree_step.py ([15, 151,936] bf16, randn * 3,
 seed 0). Every variant's arrays are checked against the default step's.
 
     git apply benchmarks/results/tail_launch_20261206.diff   # TailBuild, TreeStep(tail=True) and its tests
@@ -17,15 +17,13 @@ Not landed: the two-launch build was slower at every budget timed (tail_launch_2
 the default arm at budget 64 compiles by gather (tree_mask.kernel.climbs_by_gather, landed after this ran), so its
 "compile by gather" arm no longer differs from it there.
 """
-import statistics
 import sys
 from pathlib import Path
 
 import torch
-from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, as the earlier scripts here
-from bench_tree_step import graphed  # noqa: E402  (it puts the engine's src on the path)
+from bench_tree_step import graphed, interleaved_rounds  # noqa: E402  (it puts the engine's src on the path)
 from ddtree_engine.kernels.tree_step import TreeStep  # noqa: E402
 from ddtree_engine.kernels.tree_step.kernel import TailBuild  # noqa: E402
 
@@ -117,20 +115,7 @@ def main():
         return
     fill = torch.empty(1, device=DEV)
     graphs["a replay alone (one fill)"] = graphed(lambda: fill.fill_(1.0))
-    out = logits.argmax(-1)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        torch.argmax(logits, dim=-1, out=out)
-    graphs["argmax"] = g
-    times = {name: [] for name in graphs}
-    for _ in range(ROUNDS):
-        for name, g in graphs.items():
-            times[name].append(do_bench(g.replay, warmup=10, rep=100, return_mode="median") * 1e3)
-    med = {name: statistics.median(v) for name, v in times.items()}
-    print(f"# {torch.cuda.get_device_name()}, medians of {ROUNDS} interleaved rounds")
-    for name, us in med.items():
-        spread = max(times[name]) - min(times[name])
-        print(f"{name:48s} {us:6.2f} us (rounds spread {spread:.2f})  {us / med['argmax']:.3f}x the graphed argmax")
+    interleaved_rounds(graphs, logits, ROUNDS, name_width=48)
 
 
 main()

@@ -3,20 +3,18 @@
 The walk is one program of 4 warps over a 16-row tree taking max_depth (15) steps, each a tl.min across the 4 warps
 (shared memory and a barrier each); the compile 4 programs of 4 rows, 4 warps. Here the step (TreeStep's default,
 PDL) with the walk and the compile at fewer warps, and each alone, graphs measured in ROUNDS interleaved rounds
-(median of the rounds' do_bench medians), same logits as bench_tree_step.py ([15, 151,936] bf16, randn * 3, seed 0).
+(median of the rounds' do_bench medians: bench_tree_step.interleaved_rounds), same logits as bench_tree_step.py ([15, 151,936] bf16, randn * 3, seed 0).
 Every variant's arrays are checked against the default's.
 
     PYTHONPATH=engine_patches/ddtree_engine/src python benchmarks/results/tail_warps_20261206.py [--smoke]
 """
-import statistics
 import sys
 from pathlib import Path
 
 import torch
-from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, as the earlier scripts here
-from bench_tree_step import graphed  # noqa: E402  (it puts the engine's src on the path)
+from bench_tree_step import graphed, interleaved_rounds  # noqa: E402  (it puts the engine's src on the path)
 from ddtree_engine.kernels.tree_step import TreeStep  # noqa: E402
 
 SMOKE = "--smoke" in sys.argv
@@ -81,20 +79,7 @@ def main():
         return
     fill = torch.empty(1, device=DEV)
     graphs["a replay alone (one fill)"] = graphed(lambda: fill.fill_(1.0))
-    out = logits.argmax(-1)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        torch.argmax(logits, dim=-1, out=out)
-    graphs["argmax"] = g
-    times = {name: [] for name in graphs}
-    for _ in range(ROUNDS):
-        for name, g in graphs.items():
-            times[name].append(do_bench(g.replay, warmup=10, rep=100, return_mode="median") * 1e3)
-    med = {name: statistics.median(v) for name, v in times.items()}
-    print(f"# {torch.cuda.get_device_name()}, medians of {ROUNDS} interleaved rounds")
-    for name, us in med.items():
-        spread = max(times[name]) - min(times[name])
-        print(f"{name:44s} {us:6.2f} us (rounds spread {spread:.2f})  {us / med['argmax']:.3f}x the graphed argmax")
+    interleaved_rounds(graphs, logits, ROUNDS)
 
 
 main()
