@@ -46,6 +46,7 @@ groups, levels and fused levels left out), then the stage table; nothing after i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -143,6 +144,30 @@ def interleaved_rounds(graphs: dict, logits: torch.Tensor, rounds: int, name_wid
     for name, us in med.items():
         spread = max(times[name]) - min(times[name])
         print(f"{name:{name_width}s} {us:{us_width}.2f} us (rounds spread {spread:.2f})  {us / med['argmax']:.3f}x the graphed argmax")
+
+
+@contextlib.contextmanager
+def module_flags(flags: dict):
+    """Module attributes ({(module, name): value}) set for the block and restored after it (the result scripts' arms,
+    set around each capture: a graph keeps the launches its capture made)."""
+    old = {key: getattr(*key) for key in flags}
+    try:
+        for (module, name), value in flags.items():
+            setattr(module, name, value)
+        yield
+    finally:
+        for (module, name), value in old.items():
+            setattr(module, name, value)
+
+
+def first_children(step: TreeStep) -> torch.Tensor:
+    """Each node's first child's token in `step`'s built tree (0 where none): target choices that walk it all the way
+    down, on the step's device."""
+    tok, par = step.tree[0].cpu().tolist(), step.tree[1].cpu().tolist()
+    out = [0] * len(tok)
+    for i in range(int(step.tree[5][0]) - 1, 0, -1):
+        out[par[i]] = tok[i]
+    return torch.tensor(out, device=step.device)
 
 
 def floor_rows(logits: torch.Tensor, root, prefix, bench, argmax_us: float, argmax_graph_us: float,

@@ -78,6 +78,9 @@ kernels = {
     "compile by gather": (mask._compile_tree, compile_sig, {**mask.launch_constants(65), "GATHER": True}, 4),
     "walk": (walk._walk, {"tok_ptr": i64, "par_ptr": i64, "n_ptr": i64, "choice_ptr": i64, "max_depth": i32, "path_ptr": i64,
                           "emit_ptr": i64, "len_ptr": i64, "bonus_ptr": i64, "N": i32}, {"NP": 16}, 4),
+    "walk by jumps": (walk._walk_jumps, {"tok_ptr": i64, "par_ptr": i64, "n_ptr": i64, "choice_ptr": i64, "path_ptr": i64,
+                                         "emit_ptr": i64, "len_ptr": i64, "bonus_ptr": i64, "N": i32},
+                      {"NP": 16, "LOGN": 4, "DEDUPE": False}, 1),
 }
 for name, (fn, sig, consts, warps) in kernels.items():
     for on in (True, False):
@@ -99,7 +102,7 @@ def test_each_kernel_waits_before_touching_memory_in_the_h200_code():
     proc = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.split("\n")
-    for name in ("first pass", "merge", "compile", "compile by gather", "walk"):
+    for name in ("first pass", "merge", "compile", "compile by gather", "walk", "walk by jumps"):
         assert f"{name} True True True True" in lines, proc.stdout
         assert f"{name} False False False False" in lines, proc.stdout
 

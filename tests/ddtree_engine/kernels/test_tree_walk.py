@@ -63,7 +63,7 @@ def _choices(parents, tokens, seed, follow):
     return out
 
 
-def _run_kernel(parents, tokens, choices, n_out):
+def _run_kernel(parents, tokens, choices, n_out, walk_by=None):
     pad = n_out - len(parents)
     got = kernel.walk_arrays(
         torch.tensor(tokens + [tokens[0]] * pad, device=DEVICE),
@@ -71,13 +71,29 @@ def _run_kernel(parents, tokens, choices, n_out):
         torch.tensor([len(parents)], device=DEVICE),
         torch.tensor(choices + [7] * pad, device=DEVICE),
         _depth(parents),
+        **(walk_by or {}),
     )
     return tuple(g.cpu() for g in got)
 
 
+WALKS = {  # JUMPS_UP_TO_ROWS, walk_arrays' keywords
+    "steps": (0, {}),  # a reduction a step (`_walk`) at every size
+    "jumps": (64, {}),  # pointer jumping (`_walk_jumps`) up to 64 rows, first of repeated siblings
+    "jumps, distinct siblings": (64, {"distinct_siblings": True}),  # as TreeStep walks its own trees
+}
+
+
+@pytest.fixture(params=list(WALKS))
+def walk_by(request, monkeypatch):
+    """Each walk of the kernel: returns the keyword arguments `_run_kernel` passes."""
+    rows, kwargs = WALKS[request.param]
+    monkeypatch.setattr(kernel, "JUMPS_UP_TO_ROWS", rows)
+    return kwargs
+
+
 @pytest.mark.parametrize("shape", list(SHAPES))
 @pytest.mark.parametrize("follow", [0.0, 0.7, 1.0])
-def test_kernel_matches_the_reference(shape, follow):
+def test_kernel_matches_the_reference(shape, follow, walk_by):
     parents = SHAPES[shape]
     tokens = _tokens(parents, len(shape))
     for seed in range(3):
@@ -88,11 +104,54 @@ def test_kernel_matches_the_reference(shape, follow):
             torch.tensor(tokens + [tokens[0]] * pad), torch.tensor(parents + [-1] * pad), len(parents),
             torch.tensor(choices + [7] * pad),
         )
-        got = _run_kernel(parents, tokens, choices, n_out)
+        got = _run_kernel(parents, tokens, choices, n_out, walk_by)
         for field, g, w in zip(FIELDS, got, want):
             assert torch.equal(g, w), f"{shape} follow {follow} seed {seed}: {field} {g.tolist()} != {w.tolist()}"
         if follow == 1.0 and len(parents) > 1:
             assert int(got[2][0]) >= 2, f"{shape}: a full-follow walk accepted nothing"
+
+
+@pytest.mark.parametrize("walk", ["steps", "jumps"])
+@pytest.mark.parametrize("seed", range(4))
+def test_repeated_sibling_tokens_walk_into_the_first(seed, walk, monkeypatch):
+    """Siblings that carry the same token (no top-K makes them, a caller's tree may): the walk takes the first in index
+    order, as the reference does, and never the later one's subtree."""
+    monkeypatch.setattr(kernel, "JUMPS_UP_TO_ROWS", WALKS[walk][0])
+    rng = random.Random(seed)
+    parents = random_depth_major_tree(23, seed + 7)
+    tokens = [500] + [rng.randrange(3) for _ in parents[1:]]  # 3 tokens: siblings repeat them
+    for follow_seed in range(5):
+        choices = _choices(parents, tokens, follow_seed, 0.9)
+        want = reference.walk_arrays(torch.tensor(tokens), torch.tensor(parents), len(parents), torch.tensor(choices))
+        got = _run_kernel(parents, tokens, choices, len(parents), WALKS[walk][1])
+        for field, g, w in zip(FIELDS, got, want):
+            assert torch.equal(g, w), f"seed {seed}/{follow_seed} ({walk}): {field} {g.tolist()} != {w.tolist()}"
+
+
+def test_the_walk_jumps_by_default_up_to_64_rows(monkeypatch):
+    """By default trees of up to 64 rows take `_walk_jumps` (one warp) and larger ones `_walk`; both give the
+    reference's walk."""
+    calls = []
+
+    class Spy:
+        def __init__(self, name, fn):
+            self.name, self.fn = name, fn
+
+        def __getitem__(self, grid):
+            calls.append(self.name)
+            return self.fn[grid]
+
+    monkeypatch.setattr(kernel, "_walk", Spy("steps", kernel._walk))
+    monkeypatch.setattr(kernel, "_walk_jumps", Spy("jumps", kernel._walk_jumps))
+    for n, want_walk in ((1, "jumps"), (16, "jumps"), (33, "jumps"), (64, "jumps"), (65, "steps")):
+        parents = random_depth_major_tree(n, n)
+        tokens = _tokens(parents, n)
+        choices = _choices(parents, tokens, n, 0.9)
+        want = reference.walk_arrays(torch.tensor(tokens), torch.tensor(parents), n, torch.tensor(choices))
+        got = _run_kernel(parents, tokens, choices, n)
+        assert calls[-1] == want_walk, f"{n} rows took the {calls[-1]}"
+        for field, g, w in zip(FIELDS, got, want):
+            assert torch.equal(g, w), f"{n} rows: {field} differ"
 
 
 def test_reference_is_core_walk():
@@ -138,13 +197,13 @@ def test_core_walk_on_the_kernel_equals_the_reference(monkeypatch):
 
 @gpu
 @needs_cuda
-@pytest.mark.parametrize("n", [16, 257, 513])
-def test_large_trees_on_the_gpu(n):
+@pytest.mark.parametrize("n", [16, 32, 64, 257, 513])
+def test_large_trees_on_the_gpu(n, walk_by):
     parents = random_depth_major_tree(n, n)
     tokens = _tokens(parents, n)
     for seed in range(4):
         choices = _choices(parents, tokens, seed, 0.9)
         want = reference.walk_arrays(torch.tensor(tokens), torch.tensor(parents), n, torch.tensor(choices))
-        got = _run_kernel(parents, tokens, choices, n)
+        got = _run_kernel(parents, tokens, choices, n, walk_by)
         for field, g, w in zip(FIELDS, got, want):
             assert torch.equal(g, w), f"n={n} seed {seed}: {field} differ"

@@ -151,9 +151,11 @@ class TreeStep:
                                              pdl=self.pdl)
 
     def walk(self, target_choice: torch.Tensor) -> None:
-        """Walk the built tree with the target's choices [N] into this step's `walked` buffers."""
+        """Walk the built tree with the target's choices [N] into this step's `walked` buffers (its siblings carry
+        distinct tokens, a depth's top-K ids, so the walk skips the first-match compare: tree_walk.kernel)."""
         tokens, parents, _, _, _, num_nodes = self.tree
-        self.walk_kernel.walk_arrays(tokens, parents, num_nodes, target_choice, self.depths, out=self.walked, pdl=self.pdl)
+        self.walk_kernel.walk_arrays(tokens, parents, num_nodes, target_choice, self.depths, out=self.walked, pdl=self.pdl,
+                                     distinct_siblings=True)
 
 
 def reference_step(

@@ -1,0 +1,75 @@
+"""Issue 10: three small cuts at the budget-15 step's tail, each alone and together, against the step as it is: the
+walk by pointer jumping (tree_walk.kernel.JUMPS_UP_TO_ROWS: one warp, log2(N) gathers instead of up to L block-wide
+reductions), the first pass's group sums in fp32 before the fp64 sum over groups (topk_logprobs.kernel.SUM32), and the
+merge taking the K best of all its row's keys in one load (MERGE_ALL_KEYS_UP_TO) instead of the K best blocks' first.
+The step with the walk (TreeStep's default build, PDL), choices that walk the tree's first children all the way down,
+ROUNDS interleaved rounds (bench_tree_step.interleaved_rounds), same logits as bench_tree_step.py.
+
+    git apply benchmarks/results/tail_small_20261206.diff   # SUM32 and MERGE_ALL_KEYS_UP_TO (not landed)
+    PYTHONPATH=engine_patches/ddtree_engine/src python benchmarks/results/tail_small_20261206.py [--smoke]
+
+Its walk arm ran the walk by jumps' first version (per-sibling dedupe, the path by an [N, N] max; the landed kernel
+stores the path instead and skips the dedupe for TreeStep's trees).
+"""
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, as the earlier scripts here
+from bench_tree_step import first_children, graphed, interleaved_rounds, module_flags  # noqa: E402  (it puts the engine's src on the path)
+from ddtree_engine.kernels.topk_logprobs import kernel as topk_kernel  # noqa: E402
+from ddtree_engine.kernels.tree_step import TreeStep  # noqa: E402
+from ddtree_engine.kernels.tree_walk import kernel as walk_kernel  # noqa: E402
+
+SMOKE = "--smoke" in sys.argv
+L, V = (3, 3000) if SMOKE else (15, 151_936)
+DEV = "cpu" if SMOKE else "cuda"
+ROUNDS = 1 if SMOKE else 9
+BUDGETS = (5,) if SMOKE else (15, 22, 64)
+ARMS = {
+    "as is": {},
+    "walk by jumps": {(walk_kernel, "JUMPS_UP_TO_ROWS"): 1 << 20},
+    "fp32 group sums": {(topk_kernel, "SUM32"): True},
+    "merge all keys": {(topk_kernel, "MERGE_ALL_KEYS_UP_TO"): 1 << 20},
+}
+ARMS["all three"] = {k: v for arm in list(ARMS.values()) for k, v in arm.items()}
+
+
+def main():
+    torch.manual_seed(0)
+    logits = (torch.randn(L, V, device=DEV) * 3).to(torch.bfloat16)
+    root, prefix = torch.tensor([1], device=DEV), torch.tensor([100], device=DEV)
+    graphs, keep = {}, []
+    for budget in BUDGETS:
+        steps, choices = {}, None
+        for arm, flags in ARMS.items():
+            step = TreeStep(L, V, budget, 8, DEV, pdl=not SMOKE)
+            keep.append(step)
+            if choices is None:
+                step.build(logits, root, prefix)
+                choices = first_children(step)
+                keep.append(choices)
+
+            def whole(s=step, c=choices, flags=flags):
+                with module_flags(flags):
+                    s.build(logits, root, prefix)
+                    s.walk(c)
+
+            whole()
+            steps[arm] = step
+            if not SMOKE:
+                graphs[f"b{budget} {arm}"] = graphed(whole)
+        base = steps["as is"]
+        for arm, step in steps.items():
+            same = all(torch.equal(x, y) for x, y in zip(base.tree[:4] + base.compiled + base.walked,
+                                                         step.tree[:4] + step.compiled + step.walked))
+            dv = (base.vals - step.vals).abs().max().item()
+            print(f"b{budget} {arm}: arrays {'same' if same else 'MISMATCH'}, log-probs within {dv:.1e}, "
+                  f"commit length {int(step.walked[2][0])}", flush=True)
+    if SMOKE:
+        return
+    interleaved_rounds(graphs, logits, ROUNDS, name_width=26, us_width=7)
+
+
+main()
