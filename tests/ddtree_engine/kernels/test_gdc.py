@@ -81,6 +81,10 @@ kernels = {
     "walk by jumps": (walk._walk_jumps, {"tok_ptr": i64, "par_ptr": i64, "n_ptr": i64, "choice_ptr": i64, "path_ptr": i64,
                                          "emit_ptr": i64, "len_ptr": i64, "bonus_ptr": i64, "N": i32},
                       {"NP": 16, "LOGN": 4, "DEDUPE": False}, 1),
+    # the largest it takes, with the first-match compare (walk_arrays' default for callers other than TreeStep)
+    "walk by jumps, dedupe": (walk._walk_jumps, {"tok_ptr": i64, "par_ptr": i64, "n_ptr": i64, "choice_ptr": i64,
+                                                 "path_ptr": i64, "emit_ptr": i64, "len_ptr": i64, "bonus_ptr": i64, "N": i32},
+                              {"NP": 64, "LOGN": 6, "DEDUPE": True}, 1),
 }
 for name, (fn, sig, consts, warps) in kernels.items():
     for on in (True, False):
@@ -102,7 +106,7 @@ def test_each_kernel_waits_before_touching_memory_in_the_h200_code():
     proc = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.split("\n")
-    for name in ("first pass", "merge", "compile", "compile by gather", "walk", "walk by jumps"):
+    for name in ("first pass", "merge", "compile", "compile by gather", "walk", "walk by jumps", "walk by jumps, dedupe"):
         assert f"{name} True True True True" in lines, proc.stdout
         assert f"{name} False False False False" in lines, proc.stdout
 

@@ -128,6 +128,75 @@ def test_repeated_sibling_tokens_walk_into_the_first(seed, walk, monkeypatch):
             assert torch.equal(g, w), f"seed {seed}/{follow_seed} ({walk}): {field} {g.tolist()} != {w.tolist()}"
 
 
+def _any_tree(n, rng):
+    """A random tree on n rows, root 0, its other rows' labels shuffled: parents after their children too."""
+    par = [-1] + [rng.randrange(0, i) for i in range(1, n)]
+    perm = [0] + rng.sample(range(1, n), n - 1)
+    out = [-1] * n
+    for old in range(1, n):
+        out[perm[old]] = perm[par[old]]
+    return out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_any_tree_with_junk_padding_int32_inputs_and_dirty_outputs(seed, walk_by):
+    """Trees not in depth-major order, padding rows of junk (parents into the tree, tokens its choices may match),
+    int32 or int64 inputs, output buffers holding garbage: the reference's walk, every output place written."""
+    rng = random.Random(seed)
+    n_out = rng.randint(2, 64)
+    n = rng.randint(1, n_out)
+    parents = _any_tree(n, rng)
+    distinct = walk_by.get("distinct_siblings", False)
+    tokens = [500]
+    for i in range(1, n):
+        used = {tokens[j] for j in range(1, i) if parents[j] == parents[i]} if distinct else set()
+        tokens.append(rng.choice([t for t in range(40 if distinct else 3) if t not in used]))
+    choices = _choices(parents, tokens, seed, 0.9)
+    pad = n_out - n
+    # Padding rows of junk: most hang under a real row with its choice as their token (walked into, were they real).
+    par_pad = [rng.choice([rng.randrange(0, n), rng.randrange(0, n), -1, rng.randrange(0, n_out)]) for _ in range(pad)]
+    tok_p = tokens + [choices[p] if 0 <= p < n else rng.randrange(0, 3) for p in par_pad]
+    par_p = parents + par_pad
+    ch_p = choices + [rng.randrange(0, 3) for _ in range(pad)]
+    want = reference.walk_arrays(torch.tensor(tok_p), torch.tensor(par_p), n, torch.tensor(ch_p))
+    dtypes = [rng.choice([torch.int32, torch.int64]) for _ in range(3)]
+    out = tuple(torch.full((size,), 12345, dtype=torch.int64, device=DEVICE) for size in (n_out, n_out, 1, 1))
+    got = kernel.walk_arrays(
+        torch.tensor(tok_p, dtype=dtypes[0], device=DEVICE), torch.tensor(par_p, dtype=dtypes[1], device=DEVICE),
+        torch.tensor([n], device=DEVICE), torch.tensor(ch_p, dtype=dtypes[2], device=DEVICE), n, out=out,
+        **walk_by,
+    )
+    for field, g, w in zip(FIELDS, got, want):
+        assert torch.equal(g.cpu(), w), f"seed {seed} ({n} of {n_out} rows): {field} {g.cpu().tolist()} != {w.tolist()}"
+
+
+MALFORMED = {  # (tokens, parents, choices): rows the reference never reaches
+    "an orphan (parent -1)": ([5, 1, 7, 9], [-1, 0, 1, -1], [1, 7, 3, 9]),
+    "its own parent": ([5, 1, 2], [-1, 0, 2], [1, 2, 2]),
+    "a parent past the tree": ([5, 1, 2, 3], [-1, 0, 9, 1], [1, 2, 3, 4]),
+    "a two-cycle": ([5, 1, 2, 3], [-1, 0, 3, 2], [1, 2, 3, 2]),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_unreachable_rows_of_a_malformed_tree_are_never_walked(case, monkeypatch):
+    """Rows no chain from the root reaches (an orphan, a self- or out-of-range parent, a cycle) are not walked and no
+    place past the buffers is written: the jumping walk as the reference (the stepping walk never climbs, so it cannot
+    meet them)."""
+    monkeypatch.setattr(kernel, "JUMPS_UP_TO_ROWS", 64)
+    tokens, parents, choices = MALFORMED[case]
+    n = len(tokens)
+    want = reference.walk_arrays(torch.tensor(tokens), torch.tensor(parents), n, torch.tensor(choices))
+    out = tuple(torch.full((size,), 12345, dtype=torch.int64, device=DEVICE) for size in (n + 4, n + 4, 1, 1))
+    got = kernel.walk_arrays(  # into the first n places of buffers 4 longer
+        torch.tensor(tokens, device=DEVICE), torch.tensor(parents, device=DEVICE), torch.tensor([n], device=DEVICE),
+        torch.tensor(choices, device=DEVICE), n, out=tuple(o[:n] if o.shape[0] > 1 else o for o in out),
+    )
+    for field, g, w in zip(FIELDS, got, want):
+        assert torch.equal(g.cpu(), w), f"{case}: {field} {g.cpu().tolist()} != {w.tolist()}"
+    assert out[0][n:].tolist() == [12345] * 4 and out[1][n:].tolist() == [12345] * 4, f"{case}: wrote past the tree"
+
+
 def test_the_walk_jumps_by_default_up_to_64_rows(monkeypatch):
     """By default trees of up to 64 rows take `_walk_jumps` (one warp) and larger ones `_walk`; both give the
     reference's walk."""

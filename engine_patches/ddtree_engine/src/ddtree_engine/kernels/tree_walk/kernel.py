@@ -13,7 +13,8 @@ every ancestor matched their parent's choice, found by pointer jumping (log2(N) 
 node's flag with its 2^k-th ancestor's and adding its depth count), so there is no loop of L block-wide reductions.
 The accepted nodes form one chain from the root (a node has at most one walked child: the first matching one, a
 [N, N] compare unless the caller says siblings carry distinct tokens, as TreeStep's trees do); each stores itself at
-path[depth] and its token at emitted[depth - 1]. Measured on an H100 (2026-12-06, the budget-15 step with the walk in
+path[depth] and its token at emitted[depth - 1]. Rows no chain from the root reaches in a malformed tree (an orphan, an
+out-of-range or own parent, a cycle) are never accepted, as in the reference. Measured on an H100 (2026-12-06, the budget-15 step with the walk in
 CUDA graphs, 9 interleaved rounds, benchmarks/results/walk_jumps_20261206_h100.txt): 22.66 us against 24.35 with the
 steps (budget 22 -1.12 us, 32 -1.47, 48 -1.22; 64 rows and more keep the steps, whose [N, N] dedupe would grow).
 """
@@ -97,8 +98,11 @@ def _walk_jumps(
     tok = tl.load(tok_ptr + idx, mask=real, other=-1)
     par = tl.load(par_ptr + idx, mask=real, other=-2).to(tl.int32)
     want = tl.load(choice_ptr + idx, mask=idx < N, other=-1).to(tl.int64)
-    up = tl.where(real, par, 0)  # the root and padding rows point at the root
-    match = real & (tok == tl.gather(want, up, 0))
+    # A node's link to its parent, where the parent is a real row (a malformed tree's orphan or out-of-range parent is
+    # unreachable, as in the reference); the root, padding and unlinked rows point at the root.
+    linked = real & (par >= 0) & (par < n)
+    up = tl.where(linked, par, 0)
+    match = linked & (tok == tl.gather(want, up, 0))
     # Only the first matching child of a node (index order) is walked into: the reference's rule when siblings repeat a token.
     if DEDUPE:
         earlier = (idx[None, :] < idx[:, None]) & (par[None, :] == par[:, None]) & match[None, :]
@@ -112,6 +116,7 @@ def _walk_jumps(
         ok = ok & tl.gather(ok, anc, 0)
         dep = dep + tl.gather(dep, anc, 0)
         anc = tl.gather(anc, anc, 0)
+    ok = ok & (anc == 0)  # the chain reached the root: a malformed tree's cycle never does
     # The accepted nodes are one chain from the root (a node has at most one walked child), one node a depth: each
     # stores itself at path[depth] and its token at emitted[depth - 1], the places after the chain -1 (disjoint stores).
     length = tl.sum(ok.to(tl.int32), axis=0)
