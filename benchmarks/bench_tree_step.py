@@ -170,6 +170,48 @@ def first_children(step: TreeStep) -> torch.Tensor:
     return torch.tensor(out, device=step.device)
 
 
+def arm_steps(logits: torch.Tensor, root, prefix, budget: int, arms: dict, keep: list, capture: bool) -> tuple[dict, dict]:
+    """One TreeStep (topk 8) per arm ({name: `module_flags`}) at `budget`, each run once on `logits` with its flags set:
+    build, then the walk with the target choosing each node's first child in the first arm's tree (`first_children`).
+    With `capture` (a GPU) the steps launch with PDL and each run is captured too. `keep` holds what the graphs read.
+
+    Returns:
+        ({arm: step}, {arm: CUDA graph of that build and walk}, the second empty without `capture`).
+    """
+    depths, vocab = logits.shape
+    steps, graphs, choices = {}, {}, None
+    for arm, flags in arms.items():
+        step = TreeStep(depths, vocab, budget, 8, logits.device, pdl=capture)
+        keep.append(step)
+        if choices is None:
+            step.build(logits, root, prefix)
+            choices = first_children(step)
+            keep.append(choices)
+
+        def whole(s=step, c=choices, flags=flags):
+            with module_flags(flags):
+                s.build(logits, root, prefix)
+                s.walk(c)
+
+        whole()
+        steps[arm] = step
+        if capture:
+            graphs[arm] = graphed(whole)
+    return steps, graphs
+
+
+def report_arms(label: str, steps: dict, base: str) -> None:
+    """Print each arm's step against the `base` arm's: tree (tokens, parents, depths, ranks), compiled and walked arrays
+    equal or not, the log-probs' largest difference and the commit length."""
+    ref = steps[base]
+    for arm, step in steps.items():
+        same = all(torch.equal(x, y) for x, y in zip(ref.tree[:4] + ref.compiled + ref.walked,
+                                                     step.tree[:4] + step.compiled + step.walked))
+        dv = (ref.vals - step.vals).abs().max().item()
+        print(f"{label} {arm}: arrays {'same' if same else 'MISMATCH'}, log-probs within {dv:.1e}, "
+              f"commit length {int(step.walked[2][0])}", flush=True)
+
+
 def floor_rows(logits: torch.Tensor, root, prefix, bench, argmax_us: float, argmax_graph_us: float,
                budgets=BUDGETS) -> list[dict]:
     """Where the graphed step's time goes, stage by stage: CUDA graphs that stop after each stage of

@@ -17,9 +17,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, as the earlier scripts here
-from bench_tree_step import first_children, graphed, interleaved_rounds, module_flags  # noqa: E402
+from bench_tree_step import arm_steps, interleaved_rounds  # noqa: E402
 from ddtree_engine.kernels.tree_build import kernel as build_kernel  # noqa: E402
-from ddtree_engine.kernels.tree_step import TreeStep  # noqa: E402
 
 SMOKE = "--smoke" in sys.argv
 L, V = (3, 3000) if SMOKE else (15, 151_936)
@@ -39,24 +38,8 @@ def main():
     graphs, keep = {}, []
     for draw, x in (("flat", logits), ("peaked", peaked)):
         for budget in BUDGETS:
-            steps, choices = {}, None
-            for arm, flags in ARMS.items():
-                step = TreeStep(L, V, budget, 8, DEV, pdl=not SMOKE)
-                keep.append(step)
-                if choices is None:
-                    step.build(x, root, prefix)
-                    choices = first_children(step)
-                    keep.append(choices)
-
-                def whole(s=step, c=choices, flags=flags, x=x):
-                    with module_flags(flags):
-                        s.build(x, root, prefix)
-                        s.walk(c)
-
-                whole()
-                steps[arm] = step
-                if not SMOKE:
-                    graphs[f"{draw} b{budget} {arm}"] = graphed(whole)
+            steps, step_graphs = arm_steps(x, root, prefix, budget, ARMS, keep, capture=not SMOKE)
+            graphs.update({f"{draw} b{budget} {arm}": graph for arm, graph in step_graphs.items()})
             base = steps["climb"]
             for arm, step in steps.items():
                 same = all(torch.equal(a, b) for a, b in zip(base.tree + base.compiled + base.walked,

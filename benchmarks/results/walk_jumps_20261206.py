@@ -19,9 +19,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, as the earlier scripts here
-from bench_tree_step import first_children, graphed, interleaved_rounds, module_flags  # noqa: E402  (it puts the engine's src on the path)
+from bench_tree_step import arm_steps, interleaved_rounds, report_arms  # noqa: E402  (it puts the engine's src on the path)
 from ddtree_engine.kernels.tree_mask import kernel as mask_kernel  # noqa: E402
-from ddtree_engine.kernels.tree_step import TreeStep  # noqa: E402
 from ddtree_engine.kernels.tree_walk import kernel as walk_kernel  # noqa: E402
 
 SMOKE = "--smoke" in sys.argv
@@ -46,31 +45,9 @@ def main():
     root, prefix = torch.tensor([1], device=DEV), torch.tensor([100], device=DEV)
     graphs, keep = {}, []
     for budget in BUDGETS:
-        steps, choices = {}, None
-        for arm, flags in ARMS.items():
-            step = TreeStep(L, V, budget, 8, DEV, pdl=not SMOKE)
-            keep.append(step)
-            if choices is None:
-                step.build(logits, root, prefix)
-                choices = first_children(step)
-                keep.append(choices)
-
-            def whole(s=step, c=choices, flags=flags):
-                with module_flags(flags):
-                    s.build(logits, root, prefix)
-                    s.walk(c)
-
-            whole()
-            steps[arm] = step
-            if not SMOKE:
-                graphs[f"b{budget} {arm}"] = graphed(whole)
-        base = steps["as is"]
-        for arm, step in steps.items():
-            same = all(torch.equal(x, y) for x, y in zip(base.tree[:4] + base.compiled + base.walked,
-                                                         step.tree[:4] + step.compiled + step.walked))
-            dv = (base.vals - step.vals).abs().max().item()
-            print(f"b{budget} {arm}: arrays {'same' if same else 'MISMATCH'}, log-probs within {dv:.1e}, "
-                  f"commit length {int(step.walked[2][0])}", flush=True)
+        steps, step_graphs = arm_steps(logits, root, prefix, budget, ARMS, keep, capture=not SMOKE)
+        graphs.update({f"b{budget} {arm}": graph for arm, graph in step_graphs.items()})
+        report_arms(f"b{budget}", steps, "as is")
     if SMOKE:
         return
     interleaved_rounds(graphs, logits, ROUNDS, name_width=20, us_width=7)
