@@ -181,7 +181,8 @@ def arm_steps(logits: torch.Tensor, root, prefix, budget: int, arms: dict, keep:
     depths, vocab = logits.shape
     steps, graphs, choices = {}, {}, None
     for arm, flags in arms.items():
-        step = TreeStep(depths, vocab, budget, 8, logits.device, pdl=capture)
+        with module_flags(flags):  # a flag TreeStep reads when built (tree_build.kernel.compiles_in_build's bound)
+            step = TreeStep(depths, vocab, budget, 8, logits.device, pdl=capture)
         keep.append(step)
         if choices is None:
             step.build(logits, root, prefix)

@@ -120,6 +120,41 @@ def test_the_int64_frontier_keys_on_every_shape(name):
     _assert_same(name, tuple(a.cpu() for a in got), reference.build_tree_arrays(vals, ids, budget, 5, spine))
 
 
+@pytest.mark.parametrize("layout", ["climb", "jumps"])
+@pytest.mark.parametrize("name", list(CASES) + [f"random {seed}" for seed in range(6)])
+def test_the_serial_layout_both_ways_on_every_shape(name, layout, monkeypatch):
+    """The serial build's layout by a climb through the workspace and by pointer jumping in registers (`_build_tree`'s
+    LJ, budgets to 64 on one warp here): the reference's arrays, and the launch took the way asked."""
+    monkeypatch.setattr(kernel, "LAYOUT_JUMPS_UP_TO", 64 if layout == "jumps" else 0)
+    if name in CASES:
+        logits, budget, topk, spine = CASES[name]
+    else:
+        seed = int(name.split()[1])
+        g = torch.Generator().manual_seed(300 + seed)
+        depths, budget, topk = (int(torch.randint(lo, hi, (1,), generator=g)) for lo, hi in ((1, 16), (1, 64), (1, 9)))
+        logits, spine = (_tied if seed % 2 else _randn)(depths, 12, seed), seed % 3
+    k = min(topk, budget, logits.shape[1])
+    vals, ids = topk_reference.sorted_topk_logprobs(logits, k)
+    launched = []
+    real = kernel._build_tree
+
+    class Spy:
+        def __getitem__(self, grid):
+            return lambda *a, **kw: launched.append(kw["LJ"]) or real[grid](*a, **kw)
+
+    monkeypatch.setattr(kernel, "_build_tree", Spy())
+    got = kernel.build_tree_arrays(vals.to(DEVICE), ids.to(DEVICE), budget, torch.tensor([5], device=DEVICE), spine)
+    assert (launched[0] > 0) == (layout == "jumps" and budget <= 64), launched
+    _assert_same(f"{name} ({layout})", tuple(a.cpu() for a in got), reference.build_tree_arrays(vals, ids, budget, 5, spine))
+
+
+def test_the_layout_jumps_up_to_nb_32_on_one_warp():
+    """The default (LAYOUT_JUMPS_UP_TO, measured): log2(NB) rounds up to NB 32 on one warp (at least one), the climb
+    past it and on more warps; the sm_90 compile test below covers both."""
+    assert [kernel.layout_jumps(nb, 1) for nb in (1, 2, 16, 32, 64, 256)] == [1, 1, 4, 5, 0, 0]
+    assert kernel.layout_jumps(16, 4) == 0
+
+
 def test_the_key_layout_fits_its_fields():
     """int32 at the served budgets (K 8 up to 256 and beyond), int64 where a field would overflow 31 bits."""
     assert all(kernel.key_constants(b, 8)["KNONE"] == 2**31 - 1 for b in (1, 15, 22, 64, 256, 511))  # int32
@@ -388,9 +423,11 @@ from ddtree_engine.kernels.tree_build import kernel as k
 sig = {"vals_ptr": "*fp64", "ids_ptr": "*i64", "root_ptr": "*i64", "L": "i32", "spine": "i32", "ws_ptr": "*i64",
        "ws_score_ptr": "*fp64", "tok_ptr": "*i64", "par_ptr": "*i64", "dep_ptr": "*i64", "rank_ptr": "*i64",
        "score_ptr": "*fp64", "n_ptr": "*i64"}
-for budget, topk in ((15, 8), (256, 8), (100, 16), (1000, 16)):
+for budget, topk in ((15, 8), (22, 8), (256, 8), (100, 16), (1000, 16)):
     for fn, levels, skip in ((k._build_tree, False, ()), (k._build_tree_levels, True, ("spine",))):
         consts = dict(k.launch_constants(budget, topk, levels), GDC=True)  # as launched on the H200 (kernels/gdc.py)
+        if not levels:  # the layout by jumps where the budget takes it (15: 4 rounds, 22: 5), else the climb
+            consts["LJ"] = k.layout_jumps(consts["NB"], k.default_warps(budget))
         params = {n: t for n, t in sig.items() if n not in skip}
         src = ASTSource(fn=fn, signature={**params, **{c: "constexpr" for c in consts}}, constexprs=consts)
         ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": k.default_warps(budget)}).asm["ptx"]
@@ -417,7 +454,7 @@ def test_the_build_kernels_compile_for_the_h200_without_one():
     proc = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.split("\n")
-    for budget, topk in ((15, 8), (256, 8), (100, 16), (1000, 16)):
+    for budget, topk in ((15, 8), (22, 8), (256, 8), (100, 16), (1000, 16)):
         for name in ("_build_tree", "_build_tree_levels"):
             assert f"{name} {budget} {topk} True" in lines
     assert "_build_tree_threshold 64 8 True" in lines and "_build_tree_threshold 256 8 True" in lines

@@ -51,7 +51,8 @@ this build's 121.8-125.3 and 40.4-56.4 at 128 against 72.8-77.6 on 7 bf16 draws,
 (build_threshold_cut2_20261204.*; README "The threshold build").
 
 After the loop (`budget` pops, fixed), the chosen nodes are laid out depth-major (layout.py), the rank
-path of each read off the workspace's parent links.
+path of each read off the workspace's parent links: by pointer jumping in registers up to NB 32 on one warp
+(`_layout_jumps`, LAYOUT_JUMPS_UP_TO), else by a climb a level at a time.
 
 `method="levels"` (levels.py: `_build_tree_levels`, no spine) makes the same choice level by level;
 faster on shallow trees only, so "serial" stays the default.
@@ -136,33 +137,11 @@ def _place(f_score, f_pscore, f_key, slot, active, q, sib_s, sib_k, has_child, c
 
 
 @triton.jit
-def _build_tree(
-    vals_ptr,
-    ids_ptr,
-    root_ptr,
-    L,
-    spine,
-    ws_ptr,
-    ws_score_ptr,
-    tok_ptr,
-    par_ptr,
-    dep_ptr,
-    rank_ptr,
-    score_ptr,
-    n_ptr,
-    BUDGET: tl.constexpr,
-    K: tl.constexpr,
-    B: tl.constexpr,
-    NB: tl.constexpr,
-    NP: tl.constexpr,
-    COLS: tl.constexpr,
-    SD: tl.constexpr,
-    SR: tl.constexpr,
-    SC: tl.constexpr,
-    KNONE: tl.constexpr,
-    GDC: tl.constexpr = False,
-):
-    gdc_enter(GDC)
+def _select(vals_ptr, L, spine, ws_ptr, ws_score_ptr, BUDGET: tl.constexpr, K: tl.constexpr, NB: tl.constexpr,
+            SD: tl.constexpr, SR: tl.constexpr, SC: tl.constexpr, KNONE: tl.constexpr):
+    """The heap's pops (the spine's first): selection c's parent selection, depth, rank at ws_ptr + c, NB + c,
+    2 * NB + c and its score at ws_score_ptr + c. Returns how many nodes it chose (the budget, or fewer where the
+    candidates ran out)."""
     slot = tl.arange(0, NB)
     KT = tl.int32 if KNONE == _KNONE32 else tl.int64  # the frontier's keys (key_constants: int32 where they fit)
     # Slot 0: the root's first child (depth 0, rank 0, counter 0).
@@ -215,30 +194,96 @@ def _build_tree(
         f_score, f_pscore, f_key = _place(f_score, f_pscore, f_key, slot, act2, q2, sib2_s, sib2_k, hc2, c2, ch2_s,
                                           ch2_k, s2)
 
-    tl.debug_barrier()
-    # Layout: depth-major, then the rank path; new place = 1 + #(smaller keys).
+    return n_chosen
+
+
+@triton.jit
+def _layout_jumps(ws_ptr, n_chosen, B: tl.constexpr, NB: tl.constexpr, COLS: tl.constexpr, LJ: tl.constexpr):
+    """The chosen nodes' layout with their rank paths found by pointer jumping in registers: after round j a node's
+    code holds the ranks of its 2^(j+1) nearest chain nodes (its own lowest); LJ rounds (2^LJ >= NB >= any depth).
+    Places by the count over the keys read back from the workspace (at ws_ptr + 3 * NB; an [NB, NB] compare of the
+    int64 keys in registers took ~700 warp shuffles at NB 16 in the sm_90 code), parents' places by a gather.
+    Returns, per selection index: (chosen, place, parent's place, depth, rank)."""
     ci = tl.arange(0, NB)
     cm = ci < n_chosen
     par = tl.load(ws_ptr + ci, mask=cm, other=-1)
     dep = tl.load(ws_ptr + NB + ci, mask=cm, other=0)
     rnk = tl.load(ws_ptr + 2 * NB + ci, mask=cm, other=0)
     code = rnk.to(tl.int64)
-    up = par
-    for step in range(1, L):
-        has = cm & (up >= 0)
-        code = code | (tl.load(ws_ptr + 2 * NB + up, mask=has, other=0).to(tl.int64) << (B * step))
-        up = tl.load(ws_ptr + up, mask=has, other=-1)
+    up = par.to(tl.int32)
+    for j in tl.static_range(LJ):
+        if B * (1 << j) < _KEY_BITS:  # no chain is deeper (supports(): B * L <= KEY_BITS), nor a shift past 63
+            has = cm & (up >= 0)
+            at = tl.maximum(up, 0)
+            code = code | tl.where(has, tl.gather(code, at, 0) << (B * (1 << j)), 0)
+            up = tl.where(has, tl.gather(up, at, 0), -1)
     key = (dep.to(tl.int64) << _KEY_BITS) | code
     tl.store(ws_ptr + 3 * NB + ci, key, mask=cm)
     tl.debug_barrier()
-    # The rows' keys read back as a column ([NB, 1]), so the count compares tiles of the layout they are
-    # loaded in (expanding the 1-D keys instead cost 17 us at budget 256: _count_below).
     place = _count_below(ws_ptr + 3 * NB, n_chosen, tl.load(ws_ptr + 3 * NB + ci[:, None], mask=cm[:, None], other=_NONE),
                          NB, COLS).to(tl.int64) + 1
-    tl.store(ws_ptr + 4 * NB + ci, place, mask=cm)
+    par_place = tl.where(cm & (par >= 0), tl.gather(place, tl.maximum(par, 0).to(tl.int32), 0), 0)
+    return cm, place, par_place, dep, rnk
+
+
+@triton.jit
+def _build_tree(
+    vals_ptr,
+    ids_ptr,
+    root_ptr,
+    L,
+    spine,
+    ws_ptr,
+    ws_score_ptr,
+    tok_ptr,
+    par_ptr,
+    dep_ptr,
+    rank_ptr,
+    score_ptr,
+    n_ptr,
+    BUDGET: tl.constexpr,
+    K: tl.constexpr,
+    B: tl.constexpr,
+    NB: tl.constexpr,
+    NP: tl.constexpr,
+    COLS: tl.constexpr,
+    SD: tl.constexpr,
+    SR: tl.constexpr,
+    SC: tl.constexpr,
+    KNONE: tl.constexpr,
+    GDC: tl.constexpr = False,
+    LJ: tl.constexpr = 0,
+):
+    gdc_enter(GDC)
+    n_chosen = _select(vals_ptr, L, spine, ws_ptr, ws_score_ptr, BUDGET, K, NB, SD, SR, SC, KNONE)
     tl.debug_barrier()
-    par_place = tl.load(ws_ptr + 4 * NB + par, mask=cm & (par >= 0), other=0)
-    score = tl.load(ws_score_ptr + ci, mask=cm, other=0.0)
+    # Layout: depth-major, then the rank path; new place = 1 + #(smaller keys).
+    if LJ > 0:
+        cm, place, par_place, dep, rnk = _layout_jumps(ws_ptr, n_chosen, B, NB, COLS, LJ)
+    else:
+        # By a climb through the workspace, a step of two loads per level.
+        ci = tl.arange(0, NB)
+        cm = ci < n_chosen
+        par = tl.load(ws_ptr + ci, mask=cm, other=-1)
+        dep = tl.load(ws_ptr + NB + ci, mask=cm, other=0)
+        rnk = tl.load(ws_ptr + 2 * NB + ci, mask=cm, other=0)
+        code = rnk.to(tl.int64)
+        up = par
+        for step in range(1, L):
+            has = cm & (up >= 0)
+            code = code | (tl.load(ws_ptr + 2 * NB + up, mask=has, other=0).to(tl.int64) << (B * step))
+            up = tl.load(ws_ptr + up, mask=has, other=-1)
+        key = (dep.to(tl.int64) << _KEY_BITS) | code
+        tl.store(ws_ptr + 3 * NB + ci, key, mask=cm)
+        tl.debug_barrier()
+        # The rows' keys read back as a column ([NB, 1]), so the count compares tiles of the layout they are
+        # loaded in (expanding the 1-D keys instead cost 17 us at budget 256: _count_below).
+        place = _count_below(ws_ptr + 3 * NB, n_chosen,
+                             tl.load(ws_ptr + 3 * NB + ci[:, None], mask=cm[:, None], other=_NONE), NB, COLS).to(tl.int64) + 1
+        tl.store(ws_ptr + 4 * NB + ci, place, mask=cm)
+        tl.debug_barrier()
+        par_place = tl.load(ws_ptr + 4 * NB + par, mask=cm & (par >= 0), other=0)
+    score = tl.load(ws_score_ptr + tl.arange(0, NB), mask=cm, other=0.0)
     _write_tree(place, par_place, dep, rnk, score, cm, n_chosen, root_ptr, ids_ptr, tok_ptr, par_ptr, dep_ptr, rank_ptr,
                 score_ptr, n_ptr, BUDGET, K, NP)
 
@@ -358,10 +403,24 @@ def build_tree_arrays(
     elif levels:
         _build_tree_levels[(1,)](*inputs, ws, ws_score, *out, **shape, **gdc)
     else:
-        _build_tree[(1,)](*inputs, spine, ws, ws_score, *out, **shape, **gdc)
+        _build_tree[(1,)](*inputs, spine, ws, ws_score, *out, **shape, **gdc, LJ=layout_jumps(shape["NB"], warps))
         if method == "threshold" and fell_back is not None:
             fell_back.fill_(1)  # a spine, or a shape the threshold build does not take (threshold_fits)
     return out
+
+
+# NB (the budget to a power of two) up to which the serial build lays its chosen nodes out by pointer jumping in
+# registers (`_build_tree`'s LJ, `_layout_jumps`) on one warp, instead of a climb a step through the workspace. H100
+# 2026-12-06, the step with the walk in CUDA graphs (PDL), medians of 7 interleaved rounds, a flat and a deep draw
+# (benchmarks/results/layout_compile_20261206.py, _h100.txt): budget 15 -0.29 / -1.15 us, 22 -0.20 / -1.73, 32 -0.54 /
+# +0.19, 48 -0.13 / +0.07 (jumping to 64 there); so up to NB 32.
+LAYOUT_JUMPS_UP_TO = 32
+
+
+def layout_jumps(nb: int, warps: int) -> int:
+    """`_build_tree`'s LJ: log2(NB) pointer-jumping rounds for the layout where NB <= LAYOUT_JUMPS_UP_TO on one warp,
+    else 0 (the climb through the workspace)."""
+    return max(nb.bit_length() - 1, 1) if nb <= LAYOUT_JUMPS_UP_TO and warps == 1 else 0
 
 
 def threshold_fits(budget: int, k: int, depths: int) -> bool:

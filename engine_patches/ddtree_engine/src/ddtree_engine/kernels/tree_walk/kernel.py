@@ -14,9 +14,10 @@ node's flag with its 2^k-th ancestor's and adding its depth count), so there is 
 The accepted nodes form one chain from the root (a node has at most one walked child: the first matching one, a
 [N, N] compare unless the caller says siblings carry distinct tokens, as TreeStep's trees do); each stores itself at
 path[depth] and its token at emitted[depth - 1]. Rows no chain from the root reaches in a malformed tree (an orphan, an
-out-of-range or own parent, a cycle) are never accepted, as in the reference. Measured on an H100 (2026-12-06, the budget-15 step with the walk in
-CUDA graphs, 9 interleaved rounds, benchmarks/results/walk_jumps_20261206_h100.txt): 22.66 us against 24.35 with the
-steps (budget 22 -1.12 us, 32 -1.47, 48 -1.22; 64 rows and more keep the steps, whose [N, N] dedupe would grow).
+out-of-range or own parent, a cycle) are never accepted, as in the reference. Measured on an H100 (2026-12-06, the
+budget-15 step with the walk in CUDA graphs, 9 interleaved rounds, benchmarks/results/walk_jumps_20261206_h100.txt):
+22.66 us against 24.35 with the steps (budget 22 -1.12 us, 32 -1.47, 48 -1.22; 64 rows and more keep the steps,
+whose [N, N] dedupe would grow).
 """
 
 from __future__ import annotations
