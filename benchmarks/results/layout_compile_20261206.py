@@ -1,5 +1,5 @@
 """Issue 10: the serial build's layout by pointer jumping in registers (tree_build.kernel.LAYOUT_JUMPS_UP_TO,
-`_layout_jumps`: each chosen node's rank path in log2(NB) gather rounds, places by the count over the keys read back
+`_layout`'s LJ: each chosen node's rank path in log2(NB) gather rounds, places by the count over the keys read back
 once, parents' places by a gather) against its climb through the workspace (L - 1 steps of two dependent loads, two
 store-barrier-load round trips), and, with compile_in_build_20261206.diff applied, the build that then compiles the
 tree from those keys (COMPILE_IN_BUILD_UP_TO_ROWS, `_build_compile_tree`: the step's compile launch and its parent
@@ -7,7 +7,8 @@ climbs gone), in the whole step (TreeStep's default build, the walk by jumps, PD
 children all the way down), by budget, on a flat draw and a deep one; ROUNDS interleaved rounds
 (bench_tree_step.interleaved_rounds), same logits as bench_tree_step.py.
 
-    [git apply benchmarks/results/compile_in_build_20261206.diff]   # the third arm (not landed)
+    [git checkout 88ae34e && git apply benchmarks/results/compile_in_build_20261206.diff]   # the third arm (not landed;
+    # the diff is against 88ae34e, before the two layouts became one helper)
     PYTHONPATH=engine_patches/ddtree_engine/src python benchmarks/results/layout_compile_20261206.py [--smoke]
 
 H100 2026-12-06 (layout_compile_20261206_h100.txt): the layout by jumps -0.29 / -1.15 us at budget 15 (flat / deep),

@@ -52,7 +52,7 @@ this build's 121.8-125.3 and 40.4-56.4 at 128 against 72.8-77.6 on 7 bf16 draws,
 
 After the loop (`budget` pops, fixed), the chosen nodes are laid out depth-major (layout.py), the rank
 path of each read off the workspace's parent links: by pointer jumping in registers up to NB 32 on one warp
-(`_layout_jumps`, LAYOUT_JUMPS_UP_TO), else by a climb a level at a time.
+(`_layout`'s LJ, LAYOUT_JUMPS_UP_TO), else by a climb a level at a time.
 
 `method="levels"` (levels.py: `_build_tree_levels`, no spine) makes the same choice level by level;
 faster on shallow trees only, so "serial" stays the default.
@@ -198,11 +198,13 @@ def _select(vals_ptr, L, spine, ws_ptr, ws_score_ptr, BUDGET: tl.constexpr, K: t
 
 
 @triton.jit
-def _layout_jumps(ws_ptr, n_chosen, B: tl.constexpr, NB: tl.constexpr, COLS: tl.constexpr, LJ: tl.constexpr):
-    """The chosen nodes' layout with their rank paths found by pointer jumping in registers: after round j a node's
-    code holds the ranks of its 2^(j+1) nearest chain nodes (its own lowest); LJ rounds (2^LJ >= NB >= any depth).
-    Places by the count over the keys read back from the workspace (at ws_ptr + 3 * NB; an [NB, NB] compare of the
-    int64 keys in registers took ~700 warp shuffles at NB 16 in the sm_90 code), parents' places by a gather.
+def _layout(ws_ptr, n_chosen, L, B: tl.constexpr, NB: tl.constexpr, COLS: tl.constexpr, LJ: tl.constexpr):
+    """The chosen nodes' layout: depth-major, then the rank path; a node's place = 1 + #(smaller keys). Each chosen
+    node's rank path (its own rank lowest, B bits a level) by pointer jumping in registers where LJ > 0: after round
+    j a node's code holds the ranks of its 2^(j+1) nearest chain nodes; LJ rounds (2^LJ >= NB >= any depth). Else by a
+    climb through the workspace, a level a step (two loads). Places by the count over the keys read back from the
+    workspace (at ws_ptr + 3 * NB; an [NB, NB] compare of the int64 keys in registers took ~700 warp shuffles at NB 16
+    in the sm_90 code), parents' places by a gather (jumping) or through the workspace (climbing).
     Returns, per selection index: (chosen, place, parent's place, depth, rank)."""
     ci = tl.arange(0, NB)
     cm = ci < n_chosen
@@ -210,19 +212,33 @@ def _layout_jumps(ws_ptr, n_chosen, B: tl.constexpr, NB: tl.constexpr, COLS: tl.
     dep = tl.load(ws_ptr + NB + ci, mask=cm, other=0)
     rnk = tl.load(ws_ptr + 2 * NB + ci, mask=cm, other=0)
     code = rnk.to(tl.int64)
-    up = par.to(tl.int32)
-    for j in tl.static_range(LJ):
-        if B * (1 << j) < _KEY_BITS:  # no chain is deeper (supports(): B * L <= KEY_BITS), nor a shift past 63
+    if LJ > 0:
+        up = par.to(tl.int32)
+        for j in tl.static_range(LJ):
+            if B * (1 << j) < _KEY_BITS:  # no chain is deeper (supports(): B * L <= KEY_BITS), nor a shift past 63
+                has = cm & (up >= 0)
+                at = tl.maximum(up, 0)
+                code = code | tl.where(has, tl.gather(code, at, 0) << (B * (1 << j)), 0)
+                up = tl.where(has, tl.gather(up, at, 0), -1)
+    else:
+        up = par
+        for step in range(1, L):
             has = cm & (up >= 0)
-            at = tl.maximum(up, 0)
-            code = code | tl.where(has, tl.gather(code, at, 0) << (B * (1 << j)), 0)
-            up = tl.where(has, tl.gather(up, at, 0), -1)
+            code = code | (tl.load(ws_ptr + 2 * NB + up, mask=has, other=0).to(tl.int64) << (B * step))
+            up = tl.load(ws_ptr + up, mask=has, other=-1)
     key = (dep.to(tl.int64) << _KEY_BITS) | code
     tl.store(ws_ptr + 3 * NB + ci, key, mask=cm)
     tl.debug_barrier()
+    # The rows' keys read back as a column ([NB, 1]), so the count compares tiles of the layout they are
+    # loaded in (expanding the 1-D keys instead cost 17 us at budget 256: _count_below).
     place = _count_below(ws_ptr + 3 * NB, n_chosen, tl.load(ws_ptr + 3 * NB + ci[:, None], mask=cm[:, None], other=_NONE),
                          NB, COLS).to(tl.int64) + 1
-    par_place = tl.where(cm & (par >= 0), tl.gather(place, tl.maximum(par, 0).to(tl.int32), 0), 0)
+    if LJ > 0:
+        par_place = tl.where(cm & (par >= 0), tl.gather(place, tl.maximum(par, 0).to(tl.int32), 0), 0)
+    else:
+        tl.store(ws_ptr + 4 * NB + ci, place, mask=cm)
+        tl.debug_barrier()
+        par_place = tl.load(ws_ptr + 4 * NB + par, mask=cm & (par >= 0), other=0)
     return cm, place, par_place, dep, rnk
 
 
@@ -257,32 +273,7 @@ def _build_tree(
     gdc_enter(GDC)
     n_chosen = _select(vals_ptr, L, spine, ws_ptr, ws_score_ptr, BUDGET, K, NB, SD, SR, SC, KNONE)
     tl.debug_barrier()
-    # Layout: depth-major, then the rank path; new place = 1 + #(smaller keys).
-    if LJ > 0:
-        cm, place, par_place, dep, rnk = _layout_jumps(ws_ptr, n_chosen, B, NB, COLS, LJ)
-    else:
-        # By a climb through the workspace, a step of two loads per level.
-        ci = tl.arange(0, NB)
-        cm = ci < n_chosen
-        par = tl.load(ws_ptr + ci, mask=cm, other=-1)
-        dep = tl.load(ws_ptr + NB + ci, mask=cm, other=0)
-        rnk = tl.load(ws_ptr + 2 * NB + ci, mask=cm, other=0)
-        code = rnk.to(tl.int64)
-        up = par
-        for step in range(1, L):
-            has = cm & (up >= 0)
-            code = code | (tl.load(ws_ptr + 2 * NB + up, mask=has, other=0).to(tl.int64) << (B * step))
-            up = tl.load(ws_ptr + up, mask=has, other=-1)
-        key = (dep.to(tl.int64) << _KEY_BITS) | code
-        tl.store(ws_ptr + 3 * NB + ci, key, mask=cm)
-        tl.debug_barrier()
-        # The rows' keys read back as a column ([NB, 1]), so the count compares tiles of the layout they are
-        # loaded in (expanding the 1-D keys instead cost 17 us at budget 256: _count_below).
-        place = _count_below(ws_ptr + 3 * NB, n_chosen,
-                             tl.load(ws_ptr + 3 * NB + ci[:, None], mask=cm[:, None], other=_NONE), NB, COLS).to(tl.int64) + 1
-        tl.store(ws_ptr + 4 * NB + ci, place, mask=cm)
-        tl.debug_barrier()
-        par_place = tl.load(ws_ptr + 4 * NB + par, mask=cm & (par >= 0), other=0)
+    cm, place, par_place, dep, rnk = _layout(ws_ptr, n_chosen, L, B, NB, COLS, LJ)
     score = tl.load(ws_score_ptr + tl.arange(0, NB), mask=cm, other=0.0)
     _write_tree(place, par_place, dep, rnk, score, cm, n_chosen, root_ptr, ids_ptr, tok_ptr, par_ptr, dep_ptr, rank_ptr,
                 score_ptr, n_ptr, BUDGET, K, NP)
@@ -410,7 +401,7 @@ def build_tree_arrays(
 
 
 # NB (the budget to a power of two) up to which the serial build lays its chosen nodes out by pointer jumping in
-# registers (`_build_tree`'s LJ, `_layout_jumps`) on one warp, instead of a climb a step through the workspace. H100
+# registers (`_build_tree`'s LJ, `_layout`) on one warp, instead of a climb a step through the workspace. H100
 # 2026-12-06, the step with the walk in CUDA graphs (PDL), medians of 7 interleaved rounds, a flat and a deep draw
 # (benchmarks/results/layout_compile_20261206.py, _h100.txt): budget 15 -0.29 / -1.15 us, 22 -0.20 / -1.73, 32 -0.54 /
 # +0.19, 48 -0.13 / +0.07 (jumping to 64 there); so up to NB 32.
