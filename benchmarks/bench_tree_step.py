@@ -170,8 +170,10 @@ def first_children(step: TreeStep) -> torch.Tensor:
     return torch.tensor(out, device=step.device)
 
 
-def arm_steps(logits: torch.Tensor, root, prefix, budget: int, arms: dict, keep: list, capture: bool) -> tuple[dict, dict]:
-    """One TreeStep (topk 8) per arm ({name: `module_flags`}) at `budget`, each run once on `logits` with its flags set:
+def arm_steps(logits: torch.Tensor, root, prefix, budget: int, arms: dict, keep: list, capture: bool,
+              topk: int = 8) -> tuple[dict, dict]:
+    """One TreeStep (`topk`, 8 unless given) per arm ({name: `module_flags`}) at `budget`, each run once on `logits`
+    with its flags set:
     build, then the walk with the target choosing each node's first child in the first arm's tree (`first_children`).
     With `capture` (a GPU) the steps launch with PDL and each run is captured too. `keep` holds what the graphs read.
 
@@ -182,7 +184,7 @@ def arm_steps(logits: torch.Tensor, root, prefix, budget: int, arms: dict, keep:
     steps, graphs, choices = {}, {}, None
     for arm, flags in arms.items():
         with module_flags(flags):  # a flag TreeStep reads when built (tree_build.kernel.compiles_in_build's bound)
-            step = TreeStep(depths, vocab, budget, 8, logits.device, pdl=capture)
+            step = TreeStep(depths, vocab, budget, topk, logits.device, pdl=capture)
         keep.append(step)
         if choices is None:
             step.build(logits, root, prefix)
@@ -221,7 +223,8 @@ def floor_rows(logits: torch.Tensor, root, prefix, bench, argmax_us: float, argm
     - replay: a one-element fill, what replaying any graph costs here;
     - first pass + walk: the top-K's first pass (`first_pass`: every block read once) and the walk,
       nothing between: what a step that reads the logits once and walks in its own launch pays;
-    - + merge: the whole top-K; + build; + compile: the step as TreeStep runs it.
+    - + merge: the whole top-K; + build (its arrays only); + compile: the step as TreeStep runs it (up to budget 32
+      the serial build compiles the tree in its own launch: tree_build.kernel.compiles_in_build).
     """
     rows = []
     fill = torch.empty(1, device=logits.device)

@@ -17,6 +17,7 @@ import torch
 from ddtree_engine.core.tree import build_tree
 from ddtree_engine.kernels.topk_logprobs import reference as topk_reference
 from ddtree_engine.kernels.tree_build import reference
+from ddtree_engine.kernels.tree_mask import reference as mask_reference
 
 pytest.importorskip("triton")  # tests/ddtree_engine/conftest.py set TRITON_INTERPRET without a GPU
 
@@ -146,6 +147,110 @@ def test_the_serial_layout_both_ways_on_every_shape(name, layout, monkeypatch):
     got = kernel.build_tree_arrays(vals.to(DEVICE), ids.to(DEVICE), budget, torch.tensor([5], device=DEVICE), spine)
     assert (launched[0] > 0) == (layout == "jumps" and budget <= 64), launched
     _assert_same(f"{name} ({layout})", tuple(a.cpu() for a in got), reference.build_tree_arrays(vals, ids, budget, 5, spine))
+
+
+# The serial build's ways to read the per-depth values and keep the nodes it chose (tree_build.kernel flags): a load a
+# value and the workspace; the [L, K] values read once into registers, taken by a gather (`_select`'s TP); and the
+# chosen nodes in registers too (its RC, where the layout jumps).
+VALUE_WAYS = {"loads": (0, False), "table": (256, False), "table, chosen in registers": (256, True)}
+
+
+@pytest.mark.parametrize("way", list(VALUE_WAYS))
+@pytest.mark.parametrize("name", list(CASES) + [f"random {seed}" for seed in range(6)])
+def test_the_serial_values_and_chosen_nodes_every_way_on_every_shape(name, way, monkeypatch):
+    """The reference's arrays whichever way the pops read their values and keep their choices, and the launch took
+    the way asked (the table where L * K fits it, the registers where the layout jumps: budgets to 32 here)."""
+    table, regs = VALUE_WAYS[way]
+    monkeypatch.setattr(kernel, "VALUE_TABLE_UP_TO", table)
+    monkeypatch.setattr(kernel, "CHOSEN_IN_REGISTERS", regs)
+    if name in CASES:
+        logits, budget, topk, spine = CASES[name]
+    else:
+        seed = int(name.split()[1])
+        g = torch.Generator().manual_seed(500 + seed)
+        depths, budget, topk = (int(torch.randint(lo, hi, (1,), generator=g)) for lo, hi in ((1, 16), (1, 40), (1, 17)))
+        logits, spine = (_tied if seed % 2 else _randn)(depths, 20, seed), seed % 3
+    k = min(topk, budget, logits.shape[1])
+    vals, ids = topk_reference.sorted_topk_logprobs(logits, k)
+    launched = []
+    real = kernel._build_tree
+
+    class Spy:
+        def __getitem__(self, grid):
+            return lambda *a, **kw: launched.append((kw["TP"], kw["RC"])) or real[grid](*a, **kw)
+
+    monkeypatch.setattr(kernel, "_build_tree", Spy())
+    got = kernel.build_tree_arrays(vals.to(DEVICE), ids.to(DEVICE), budget, torch.tensor([5], device=DEVICE), spine)
+    fits = vals.numel() <= table
+    assert launched == [(kernel.value_table(*vals.shape, 1) if fits else 0, regs and budget <= 32)], launched
+    assert (launched[0][0] > 0) == fits
+    _assert_same(f"{name} ({way})", tuple(a.cpu() for a in got), reference.build_tree_arrays(vals, ids, budget, 5, spine))
+
+
+def test_the_values_table_up_to_128_on_one_warp():
+    """The default (VALUE_TABLE_UP_TO, measured at L 15 with K 8): the table's size, L * K to a power of two, up to 128
+    on one warp; loads past it and on more warps. The chosen nodes in registers and the compile in the build by
+    default."""
+    assert [kernel.value_table(15, k, 1) for k in (1, 8, 9, 16)] == [16, 128, 0, 0]
+    assert kernel.value_table(15, 8, 4) == 0
+    assert kernel.CHOSEN_IN_REGISTERS and kernel.COMPILE_IN_BUILD
+
+
+def _dirty_compiled(n):
+    """compile buffers full of wrong values (a reused step's), so a place the build leaves unwritten shows."""
+    words = (n + 31) // 32
+    return (torch.ones(n, n, dtype=torch.bool, device=DEVICE), torch.full((n, words), 7, dtype=torch.int32, device=DEVICE),
+            *(torch.full((n,), 99, dtype=torch.int64, device=DEVICE) for _ in range(3)))
+
+
+# Chains as deep as the jumps reach: 15 nodes at NB 16 (4 rounds), 16 spine nodes with budget 17 (NB 32, 5 rounds).
+DEEP_CHAINS = {"chain 15 deep": (_randn(15, 20, 20), 15, 1, 0), "spine 16 deep, budget 17": (_randn(16, 20, 21), 17, 2, 16)}
+
+
+@pytest.mark.parametrize("name", [n for n, case in CASES.items() if case[1] <= 32] + list(DEEP_CHAINS)
+                         + [f"random {seed}" for seed in range(8)])
+def test_the_build_compiles_the_tree_itself_on_every_shape(name):
+    """compiled= (`_build_compile_tree`: ancestors as bits by pointer jumping, links from the frontier slots; budgets
+    to 32, so 33 rows and two packed words too): the reference's tree and the reference compile of it (mask, packed
+    mask, positions, links), on buffers left dirty."""
+    if name in CASES or name in DEEP_CHAINS:
+        logits, budget, topk, spine = {**CASES, **DEEP_CHAINS}[name]
+    else:
+        seed = int(name.split()[1])
+        g = torch.Generator().manual_seed(400 + seed)
+        depths, budget, topk = (int(torch.randint(lo, hi, (1,), generator=g)) for lo, hi in ((1, 16), (1, 33), (1, 9)))
+        budget = 32 if seed == 0 else budget
+        logits, spine = (_tied if seed % 2 else _randn)(depths, 12, seed), seed % 3
+    k = min(topk, budget, logits.shape[1])
+    assert kernel.compiles_in_build(budget, k), (budget, k)
+    vals, ids = topk_reference.sorted_topk_logprobs(logits, k)
+    compiled = _dirty_compiled(budget + 1)
+    got = kernel.build_tree_arrays(vals.to(DEVICE), ids.to(DEVICE), budget, torch.tensor([5], device=DEVICE), spine,
+                                   compiled=compiled, prefix_len=torch.tensor([300], device=DEVICE))
+    tree = reference.build_tree_arrays(vals, ids, budget, 5, spine)
+    _assert_same(name, tuple(a.cpu() for a in got), tree)
+    want = mask_reference.compile_tree_arrays(tree[1], tree[2], int(tree[5][0]), 300)
+    for field, g, w in zip(("mask", "packed", "positions", "first_child", "next_sibling"), compiled, want):
+        assert torch.equal(g.cpu(), w), f"{name}: {field}\n kernel    {g.cpu().tolist()}\n reference {w.tolist()}"
+
+
+def test_the_build_compiles_the_tree_itself_only_where_it_can():
+    """compiled= where compiles_in_build says no (another method, more warps, past budget 32) or with buffers of
+    another shape, or prefix_len alone: a ValueError naming what, before any launch."""
+    vals, ids = topk_reference.sorted_topk_logprobs(_randn(6, 20, 1), 8)
+    vals, ids, root, prefix = vals.to(DEVICE), ids.to(DEVICE), torch.tensor([5], device=DEVICE), torch.tensor([0], device=DEVICE)
+    assert [kernel.compiles_in_build(b, 8) for b in (1, 15, 31, 32, 33, 200)] == [True, True, True, True, False, False]
+    assert not kernel.compiles_in_build(15, 8, "levels") and not kernel.compiles_in_build(15, 0)
+    for budget, extra, match in ((15, dict(method="levels"), "method 'levels'"), (15, dict(num_warps=4), "num_warps 4"),
+                                 (33, {}, "budget 33")):
+        with pytest.raises(ValueError, match=match):
+            kernel.build_tree_arrays(vals, ids, budget, root, compiled=_dirty_compiled(budget + 1), prefix_len=prefix, **extra)
+    with pytest.raises(ValueError, match="shaped"):
+        kernel.build_tree_arrays(vals, ids, 15, root, compiled=_dirty_compiled(15), prefix_len=prefix)
+    with pytest.raises(ValueError, match="prefix_len"):
+        kernel.build_tree_arrays(vals, ids, 15, root, compiled=_dirty_compiled(16))
+    with pytest.raises(ValueError, match="goes with compiled"):
+        kernel.build_tree_arrays(vals, ids, 15, root, prefix_len=prefix)
 
 
 def test_the_layout_jumps_up_to_nb_32_on_one_warp():
@@ -426,12 +531,22 @@ sig = {"vals_ptr": "*fp64", "ids_ptr": "*i64", "root_ptr": "*i64", "L": "i32", "
 for budget, topk in ((15, 8), (22, 8), (256, 8), (100, 16), (1000, 16)):
     for fn, levels, skip in ((k._build_tree, False, ()), (k._build_tree_levels, True, ("spine",))):
         consts = dict(k.launch_constants(budget, topk, levels), GDC=True)  # as launched on the H200 (kernels/gdc.py)
-        if not levels:  # the layout by jumps where the budget takes it (15: 4 rounds, 22: 5), else the climb
+        if not levels:  # the layout by jumps where the budget takes it (15: 4 rounds, 22: 5), else the climb; the values'
+            # table and the chosen nodes in registers where they are launched so (L 15)
             consts["LJ"] = k.layout_jumps(consts["NB"], k.default_warps(budget))
+            consts["TP"] = k.value_table(15, topk, k.default_warps(budget))
+            consts["RC"] = consts["LJ"] > 0
         params = {n: t for n, t in sig.items() if n not in skip}
         src = ASTSource(fn=fn, signature={**params, **{c: "constexpr" for c in consts}}, constexprs=consts)
         ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": k.default_warps(budget)}).asm["ptx"]
         print(fn.__name__, budget, topk, ".target sm_90" in ptx and "griddepcontrol.wait" in ptx)
+csig = dict(sig, prefix_ptr="*i64", mask_ptr="*i1", packed_ptr="*i32", pos_ptr="*i64", fc_ptr="*i64", ns_ptr="*i64")
+for budget in (15, 32):  # the build that compiles the tree too (k.compiles_in_build), at both ends of its range
+    consts = dict(k.launch_constants(budget, 8, False), LJ=k.layout_jumps(triton.next_power_of_2(budget), 1), GDC=True,
+                  TP=k.value_table(15, 8, 1), W=triton.cdiv(budget + 1, 32))
+    src = ASTSource(fn=k._build_compile_tree, signature={**csig, **{c: "constexpr" for c in consts}}, constexprs=consts)
+    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 1}).asm["ptx"]
+    print("_build_compile_tree", budget, 8, ".target sm_90" in ptx and "griddepcontrol.wait" in ptx)
 from ddtree_engine.kernels.tree_build import threshold as th
 tsig = dict(sig, tws_ptr="*i64", tws_score_ptr="*fp64", flag_ptr="*i64")
 order = ("vals_ptr", "ids_ptr", "root_ptr", "L", "spine", "ws_ptr", "ws_score_ptr", "tws_ptr", "tws_score_ptr", "tok_ptr",
@@ -458,6 +573,7 @@ def test_the_build_kernels_compile_for_the_h200_without_one():
         for name in ("_build_tree", "_build_tree_levels"):
             assert f"{name} {budget} {topk} True" in lines
     assert "_build_tree_threshold 64 8 True" in lines and "_build_tree_threshold 256 8 True" in lines
+    assert "_build_compile_tree 15 8 True" in lines and "_build_compile_tree 32 8 True" in lines
 
 
 def test_the_default_warps_are_ones_the_gpu_test_covers():

@@ -265,6 +265,21 @@ def test_topk_kernel_in_the_step_is_used(monkeypatch):
     assert calls == [1]
 
 
+@pytest.mark.parametrize("method,budget,in_build", [("serial", 15, True), ("serial", 32, True), ("serial", 33, False),
+                                                    ("levels", 15, False), ("fused serial", 15, False)])
+def test_the_serial_step_compiles_in_its_build_up_to_budget_32(method, budget, in_build, monkeypatch):
+    """The serial build on one warp compiles the tree itself up to budget 32 (tree_build.kernel.compiles_in_build): no
+    compile launch, and the step's arrays are the references'; past it and with the other builds, the compile kernel,
+    once."""
+    calls = []
+    real = mask_kernel.compile_tree_arrays
+    monkeypatch.setattr(mask_kernel, "compile_tree_arrays", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    logits = _logits(4, 60, budget)
+    step, want = _run_step(4, 60, budget, 8, 0, logits, 17, 40, budget, method, block=64)
+    assert step.compile_in_build == in_build and calls == ([] if in_build or "fused" in method else [1])
+    _compare(f"{method} b{budget}", step, want)
+
+
 @gpu
 @needs_cuda
 @pytest.mark.parametrize("method", METHODS)

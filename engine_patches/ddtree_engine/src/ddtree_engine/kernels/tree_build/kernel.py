@@ -52,7 +52,10 @@ this build's 121.8-125.3 and 40.4-56.4 at 128 against 72.8-77.6 on 7 bf16 draws,
 
 After the loop (`budget` pops, fixed), the chosen nodes are laid out depth-major (layout.py), the rank
 path of each read off the workspace's parent links: by pointer jumping in registers up to NB 32 on one warp
-(`_layout`'s LJ, LAYOUT_JUMPS_UP_TO), else by a climb a level at a time.
+(`_layout`'s LJ, LAYOUT_JUMPS_UP_TO), else by a climb a level at a time. On one warp the pops take their values from
+the [L, K] table read once into registers (`_value`, VALUE_TABLE_UP_TO), keep the chosen nodes in registers where the
+layout jumps (CHOSEN_IN_REGISTERS), and up to budget 32 `_build_compile_tree` compiles the tree in the same launch
+(`compiles_in_build`; README "The serial build's values table").
 
 `method="levels"` (levels.py: `_build_tree_levels`, no spine) makes the same choice level by level;
 faster on shallow trees only, so "serial" stays the default.
@@ -65,9 +68,10 @@ import triton
 import triton.language as tl
 
 from ..gdc import gdc_enter, launch_options
-from .layout import _KEY_BITS, _NONE, _count_below, _write_tree
+from .layout import _KEY_BITS, _NONE, _count_below, _write_nodes
 from .levels import _build_tree_levels
 from .shapes import KEY_BITS, MAX_BUDGET_AND_K, rank_bits, supports
+from ..tree_mask.kernel import _compile_chosen
 
 # The empty frontier slot's key in the int32 layout; the kernel reads the key type off it (else int64).
 _KNONE32 = tl.constexpr(2**31 - 1)
@@ -96,30 +100,53 @@ def _top2(a1s, a1k, a1p, a2s, a2k, b1s, b1k, b1p, b2s, b2k):
 
 
 @triton.jit
+def _value(vals_ptr, tab, idx, ok, TP: tl.constexpr):
+    """vals[idx] where ok, else 0.0: a `tl.gather` from the [L, K] table read once into registers (TP > 0: one round of
+    warp shuffles on one warp) or a load (an L2 round trip where the line is new to the pops)."""
+    if TP > 0:
+        at = tl.minimum(tl.maximum(tl.zeros([1], dtype=tl.int32) + idx, 0), TP - 1)
+        v = tl.where(ok, tl.sum(tl.gather(tab, at, 0), axis=0), 0.0)
+    else:
+        v = tl.load(vals_ptr + idx, mask=ok, other=0.0)
+    return v
+
+
+@triton.jit
 def _propose(s, key, pscore, c, counter, active, vals_ptr, ws_ptr, ws_score_ptr, L, K: tl.constexpr, NB: tl.constexpr,
-             SD: tl.constexpr, SR: tl.constexpr, SC: tl.constexpr, KNONE: tl.constexpr):
-    """Choose the node (s, key) whose parent scores `pscore` as selection c (if active): record it, and make
-    its two proposals as scalars, its next sibling (same slot q; also its value, for a score taken in the
-    frontier) and its first child (slot c + 1). The key is depth << SD | rank << SR | counter << SC | slot."""
+             SD: tl.constexpr, SR: tl.constexpr, SC: tl.constexpr, KNONE: tl.constexpr, tab, TP: tl.constexpr, chosen,
+             RC: tl.constexpr):
+    """Choose the node (s, key) whose parent scores `pscore` as selection c (if active): record it (in the workspace,
+    or with RC in the registers `chosen`: [NB] vectors of parent selection, depth, rank and score by selection, and by
+    frontier slot the first node popped from it, the parent's first child, and how many were), and make its two
+    proposals as scalars, its next sibling (same slot q; also its value, for a score taken in the frontier) and its
+    first child (slot c + 1). The key is depth << SD | rank << SR | counter << SC | slot."""
     kt = key.dtype
     d = (key >> SD).to(tl.int32)
     r = ((key >> SR) & ((1 << (SD - SR)) - 1)).to(tl.int32)
     q = (key & ((1 << SC) - 1)).to(tl.int32)
-    tl.store(ws_ptr + c, q - 1, mask=active)
-    tl.store(ws_ptr + NB + c, d, mask=active)
-    tl.store(ws_ptr + 2 * NB + c, r, mask=active)
-    tl.store(ws_score_ptr + c, s, mask=active)
+    if RC:
+        cp, cd, cr, cs, first, kids = chosen
+        lane = tl.arange(0, NB)
+        at = active & (lane == c)
+        at_q = active & (lane == q)
+        chosen = (tl.where(at, q - 1, cp), tl.where(at, d, cd), tl.where(at, r, cr), tl.where(at, s, cs),
+                  tl.where(at_q & (r == 0), c, first), kids + at_q.to(tl.int32))
+    else:
+        tl.store(ws_ptr + c, q - 1, mask=active)
+        tl.store(ws_ptr + NB + c, d, mask=active)
+        tl.store(ws_ptr + 2 * NB + c, r, mask=active)
+        tl.store(ws_score_ptr + c, s, mask=active)
     has_sib = active & (r + 1 < K)
-    v_sib = tl.load(vals_ptr + d * K + r + 1, mask=has_sib, other=0.0)
+    v_sib = _value(vals_ptr, tab, d * K + r + 1, has_sib, TP)
     sib_s = tl.where(has_sib, pscore + v_sib, float("-inf"))
     sib_k = tl.where(has_sib, (d.to(kt) << SD) | ((r + 1).to(kt) << SR) | (counter << SC) | q.to(kt), KNONE)
     counter += has_sib.to(kt)
     has_child = active & (d + 1 < L)
-    v_child = tl.load(vals_ptr + (d + 1) * K, mask=has_child, other=0.0)
+    v_child = _value(vals_ptr, tab, (d + 1) * K, has_child, TP)
     child_s = tl.where(has_child, s + v_child, float("-inf"))
     child_k = tl.where(has_child, ((d + 1).to(kt) << SD) | (counter << SC) | (c + 1).to(kt), KNONE)
     counter += has_child.to(kt)
-    return q, has_sib, v_sib, sib_s, sib_k, has_child, child_s, child_k, counter
+    return q, has_sib, v_sib, sib_s, sib_k, has_child, child_s, child_k, counter, chosen
 
 
 @triton.jit
@@ -138,19 +165,28 @@ def _place(f_score, f_pscore, f_key, slot, active, q, sib_s, sib_k, has_child, c
 
 @triton.jit
 def _select(vals_ptr, L, spine, ws_ptr, ws_score_ptr, BUDGET: tl.constexpr, K: tl.constexpr, NB: tl.constexpr,
-            SD: tl.constexpr, SR: tl.constexpr, SC: tl.constexpr, KNONE: tl.constexpr):
+            SD: tl.constexpr, SR: tl.constexpr, SC: tl.constexpr, KNONE: tl.constexpr, TP: tl.constexpr = 0,
+            RC: tl.constexpr = False):
     """The heap's pops (the spine's first): selection c's parent selection, depth, rank at ws_ptr + c, NB + c,
-    2 * NB + c and its score at ws_score_ptr + c. Returns how many nodes it chose (the budget, or fewer where the
-    candidates ran out)."""
+    2 * NB + c and its score at ws_score_ptr + c, or with RC at c of [NB] vectors in registers. Returns how many
+    nodes it chose (the budget, or fewer where the candidates ran out) and those vectors (`_propose`; their starting
+    values unless RC)."""
     slot = tl.arange(0, NB)
     KT = tl.int32 if KNONE == _KNONE32 else tl.int64  # the frontier's keys (key_constants: int32 where they fit)
+    if TP > 0:  # the [L, K] values read once, each pop's two taken from them (`_value`, `value_table`)
+        ti = tl.arange(0, TP)
+        tab = tl.load(vals_ptr + ti, mask=ti < L * K, other=float("-inf"))
+    else:
+        tab = tl.zeros([1], dtype=tl.float64)  # unused: the pops load their values
     # Slot 0: the root's first child (depth 0, rank 0, counter 0).
-    v00 = tl.load(vals_ptr).to(tl.float64)
+    v00 = _value(vals_ptr, tab, 0, True, TP).to(tl.float64)
     f_score = tl.where(slot == 0, 0.0 + v00, float("-inf"))
     f_pscore = tl.zeros([NB], dtype=tl.float64)
     f_key = tl.where(slot == 0, 0, KNONE).to(KT)
     none_score = tl.full([NB], float("-inf"), tl.float64)
     none_key = tl.full([NB], KNONE, KT)
+    chosen = (tl.full([NB], -1, tl.int32), tl.zeros([NB], dtype=tl.int32), tl.zeros([NB], dtype=tl.int32),
+              tl.zeros([NB], dtype=tl.float64), tl.full([NB], -1, tl.int32), tl.zeros([NB], dtype=tl.int32))
     # Loop-carried scalars start as tensors (a constexpr start would change type in the loop).
     zero = tl.program_id(0) * 0
     counter = (zero + 1).to(KT)
@@ -158,10 +194,11 @@ def _select(vals_ptr, L, spine, ws_ptr, ws_score_ptr, BUDGET: tl.constexpr, K: t
     spine_score = zero.to(tl.float64)
     for it in range(spine):
         # A spine step takes slot `it` (the previous spine node's child) whatever the heap says.
-        s = spine_score + tl.load(vals_ptr + it * K)
+        s = spine_score + _value(vals_ptr, tab, it * K, True, TP)
         key = ((zero + it).to(KT) << SD) | (zero + it).to(KT)
-        q, _, _, sib_s, sib_k, has_child, child_s, child_k, counter = _propose(
-            s, key, spine_score, n_chosen, counter, zero == 0, vals_ptr, ws_ptr, ws_score_ptr, L, K, NB, SD, SR, SC, KNONE)
+        q, _, _, sib_s, sib_k, has_child, child_s, child_k, counter, chosen = _propose(
+            s, key, spine_score, n_chosen, counter, zero == 0, vals_ptr, ws_ptr, ws_score_ptr, L, K, NB, SD, SR, SC,
+            KNONE, tab, TP, chosen, RC)
         f_score, f_pscore, f_key = _place(f_score, f_pscore, f_key, slot, zero == 0, q, sib_s, sib_k, has_child,
                                           n_chosen, child_s, child_k, s)
         spine_score = s
@@ -171,8 +208,9 @@ def _select(vals_ptr, L, spine, ws_ptr, ws_score_ptr, BUDGET: tl.constexpr, K: t
         s1, k1, p1, s2, k2 = tl.reduce((f_score, f_key, f_pscore, none_score, none_key), 0, _top2)
         act1 = k1 != KNONE
         c1 = n_chosen
-        q1, _, _, sib1_s, sib1_k, hc1, ch1_s, ch1_k, counter = _propose(
-            s1, k1, p1, c1, counter, act1, vals_ptr, ws_ptr, ws_score_ptr, L, K, NB, SD, SR, SC, KNONE)
+        q1, _, _, sib1_s, sib1_k, hc1, ch1_s, ch1_k, counter, chosen = _propose(
+            s1, k1, p1, c1, counter, act1, vals_ptr, ws_ptr, ws_score_ptr, L, K, NB, SD, SR, SC, KNONE, tab, TP,
+            chosen, RC)
         n_chosen += act1.to(tl.int32)
         # The second pop: the runner-up, or one of the first pop's proposals if it beats it.
         take = _before(sib1_s, sib1_k, s2, k2)
@@ -183,8 +221,9 @@ def _select(vals_ptr, L, spine, ws_ptr, ws_score_ptr, BUDGET: tl.constexpr, K: t
         k2 = tl.where(take, ch1_k, k2)
         act2 = (it + 1 < BUDGET) & (k2 != KNONE)
         c2 = n_chosen
-        q2, hs2, v_sib2, _, sib2_k, hc2, ch2_s, ch2_k, counter = _propose(
-            s2, k2, s2, c2, counter, act2, vals_ptr, ws_ptr, ws_score_ptr, L, K, NB, SD, SR, SC, KNONE)
+        q2, hs2, v_sib2, _, sib2_k, hc2, ch2_s, ch2_k, counter, chosen = _propose(
+            s2, k2, s2, c2, counter, act2, vals_ptr, ws_ptr, ws_score_ptr, L, K, NB, SD, SR, SC, KNONE, tab, TP,
+            chosen, RC)
         n_chosen += act2.to(tl.int32)
         # In pop order: the second pop may have taken a slot the first just wrote, so its sibling is scored
         # on the frontier's parent scores after the first pop's writes.
@@ -193,24 +232,30 @@ def _select(vals_ptr, L, spine, ws_ptr, ws_score_ptr, BUDGET: tl.constexpr, K: t
         sib2_s = tl.where(hs2, f_pscore + v_sib2, float("-inf"))
         f_score, f_pscore, f_key = _place(f_score, f_pscore, f_key, slot, act2, q2, sib2_s, sib2_k, hc2, c2, ch2_s,
                                           ch2_k, s2)
-
-    return n_chosen
+    return n_chosen, chosen
 
 
 @triton.jit
-def _layout(ws_ptr, n_chosen, L, B: tl.constexpr, NB: tl.constexpr, COLS: tl.constexpr, LJ: tl.constexpr):
+def _layout(ws_ptr, n_chosen, chosen, L, B: tl.constexpr, NB: tl.constexpr, COLS: tl.constexpr, LJ: tl.constexpr,
+            RC: tl.constexpr):
     """The chosen nodes' layout: depth-major, then the rank path; a node's place = 1 + #(smaller keys). Each chosen
     node's rank path (its own rank lowest, B bits a level) by pointer jumping in registers where LJ > 0: after round
     j a node's code holds the ranks of its 2^(j+1) nearest chain nodes; LJ rounds (2^LJ >= NB >= any depth). Else by a
     climb through the workspace, a level a step (two loads). Places by the count over the keys read back from the
     workspace (at ws_ptr + 3 * NB; an [NB, NB] compare of the int64 keys in registers took ~700 warp shuffles at NB 16
     in the sm_90 code), parents' places by a gather (jumping) or through the workspace (climbing).
+    The chosen nodes' parent selection, depth and rank from `_select`'s vectors (RC) or the workspace.
     Returns, per selection index: (chosen, place, parent's place, depth, rank)."""
     ci = tl.arange(0, NB)
     cm = ci < n_chosen
-    par = tl.load(ws_ptr + ci, mask=cm, other=-1)
-    dep = tl.load(ws_ptr + NB + ci, mask=cm, other=0)
-    rnk = tl.load(ws_ptr + 2 * NB + ci, mask=cm, other=0)
+    if RC:
+        par = tl.where(cm, chosen[0], -1)
+        dep = tl.where(cm, chosen[1], 0)
+        rnk = tl.where(cm, chosen[2], 0)
+    else:
+        par = tl.load(ws_ptr + ci, mask=cm, other=-1)
+        dep = tl.load(ws_ptr + NB + ci, mask=cm, other=0)
+        rnk = tl.load(ws_ptr + 2 * NB + ci, mask=cm, other=0)
     code = rnk.to(tl.int64)
     if LJ > 0:
         up = par.to(tl.int32)
@@ -269,14 +314,54 @@ def _build_tree(
     KNONE: tl.constexpr,
     GDC: tl.constexpr = False,
     LJ: tl.constexpr = 0,
+    TP: tl.constexpr = 0,
+    RC: tl.constexpr = False,
 ):
     gdc_enter(GDC)
-    n_chosen = _select(vals_ptr, L, spine, ws_ptr, ws_score_ptr, BUDGET, K, NB, SD, SR, SC, KNONE)
-    tl.debug_barrier()
-    cm, place, par_place, dep, rnk = _layout(ws_ptr, n_chosen, L, B, NB, COLS, LJ)
-    score = tl.load(ws_score_ptr + tl.arange(0, NB), mask=cm, other=0.0)
-    _write_tree(place, par_place, dep, rnk, score, cm, n_chosen, root_ptr, ids_ptr, tok_ptr, par_ptr, dep_ptr, rank_ptr,
-                score_ptr, n_ptr, BUDGET, K, NP)
+    _build(vals_ptr, ids_ptr, root_ptr, L, spine, ws_ptr, ws_score_ptr, tok_ptr, par_ptr, dep_ptr, rank_ptr, score_ptr,
+           n_ptr, BUDGET, K, B, NB, NP, COLS, SD, SR, SC, KNONE, LJ, TP, RC)
+
+
+@triton.jit
+def _build(vals_ptr, ids_ptr, root_ptr, L, spine, ws_ptr, ws_score_ptr, tok_ptr, par_ptr, dep_ptr, rank_ptr, score_ptr,
+           n_ptr, BUDGET: tl.constexpr, K: tl.constexpr, B: tl.constexpr, NB: tl.constexpr, NP: tl.constexpr,
+           COLS: tl.constexpr, SD: tl.constexpr, SR: tl.constexpr, SC: tl.constexpr, KNONE: tl.constexpr,
+           LJ: tl.constexpr, TP: tl.constexpr, RC: tl.constexpr):
+    """`_build_tree`'s work, the pops, the layout and the tree's arrays. Returns, per selection index, what the build
+    that compiles the tree too reads: (how many, chosen, `_select`'s vectors, place, parent's place)."""
+    n_chosen, chosen = _select(vals_ptr, L, spine, ws_ptr, ws_score_ptr, BUDGET, K, NB, SD, SR, SC, KNONE, TP, RC)
+    ci = tl.arange(0, NB)
+    if RC:  # the chosen nodes in registers: their tokens' loads issued before the layout
+        cm = ci < n_chosen
+        tok = tl.load(ids_ptr + chosen[1] * K + chosen[2], mask=cm, other=0)
+        score = tl.where(cm, chosen[3], 0.0)
+    else:
+        tl.debug_barrier()
+    cm, place, par_place, dep, rnk = _layout(ws_ptr, n_chosen, chosen, L, B, NB, COLS, LJ, RC)
+    if not RC:
+        tok = tl.load(ids_ptr + dep * K + rnk, mask=cm, other=0)
+        score = tl.load(ws_score_ptr + ci, mask=cm, other=0.0)
+    _write_nodes(place, par_place, dep, rnk, tok, score, cm, n_chosen, root_ptr, tok_ptr, par_ptr, dep_ptr, rank_ptr,
+                 score_ptr, n_ptr, BUDGET, NP)
+    return n_chosen, cm, chosen, place, par_place
+
+
+@triton.jit
+def _build_compile_tree(
+    vals_ptr, ids_ptr, root_ptr, L, spine, ws_ptr, ws_score_ptr, tok_ptr, par_ptr, dep_ptr, rank_ptr, score_ptr, n_ptr,
+    prefix_ptr, mask_ptr, packed_ptr, pos_ptr, fc_ptr, ns_ptr,
+    BUDGET: tl.constexpr, K: tl.constexpr, B: tl.constexpr, NB: tl.constexpr, NP: tl.constexpr, COLS: tl.constexpr,
+    SD: tl.constexpr, SR: tl.constexpr, SC: tl.constexpr, KNONE: tl.constexpr, LJ: tl.constexpr, TP: tl.constexpr,
+    W: tl.constexpr, GDC: tl.constexpr = False,
+):
+    """`_build_tree` with its layout by jumps and its chosen nodes in registers, then the tree's compile
+    (tree_mask.kernel._compile_chosen) from those registers: the step's compile launch saved."""
+    gdc_enter(GDC)
+    n_chosen, cm, chosen, place, par_place = _build(
+        vals_ptr, ids_ptr, root_ptr, L, spine, ws_ptr, ws_score_ptr, tok_ptr, par_ptr, dep_ptr, rank_ptr, score_ptr,
+        n_ptr, BUDGET, K, B, NB, NP, COLS, SD, SR, SC, KNONE, LJ, TP, True)
+    _compile_chosen(n_chosen, cm, place, chosen, prefix_ptr, mask_ptr, packed_ptr, pos_ptr, fc_ptr, ns_ptr, BUDGET + 1,
+                    W, NB, NP, LJ)
 
 
 # Budgets from which the build kernel takes 4 warps. Measured on the H200 in a CUDA graph
@@ -314,6 +399,8 @@ def build_tree_arrays(
     key_layout: dict | None = None,
     fell_back: torch.Tensor | None = None,
     pdl: bool | None = None,
+    compiled: tuple[torch.Tensor, ...] | None = None,
+    prefix_len: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The draft tree over the per-depth top-K, fixed shape N = budget + 1 (Triton).
 
@@ -338,6 +425,10 @@ def build_tree_arrays(
             serially instead (a spine, a shape it does not take, a large tie; the tests check where), 0 when by its
             threshold; other methods leave it.
         pdl: launch with programmatic dependent launch (kernels/gdc.py; None: DDTREE_PDL, else gdc.DEFAULT).
+        compiled: (mask [N, N] bool, packed [N, ceil(N / 32)] int32, positions, first_child, next_sibling [N]
+            int64) buffers the same launch fills with the tree's compile (tree_mask.compile_tree_arrays' arrays) from
+            its registers (`_build_compile_tree`): only where `compiles_in_build` says so.
+        prefix_len: [1] int64 on vals' device, the root's position; with `compiled` only.
 
     Returns:
         (tokens, parents, depths, ranks [N] int64, scores [N] float64, num_nodes [1] int64),
@@ -364,6 +455,14 @@ def build_tree_arrays(
                          f"got {key_layout} with method {method!r}")
     device = vals.device
     n_out = budget + 1
+    if compiled is not None:
+        _check_compiled(compiled, prefix_len, n_out, device)
+        if num_warps not in (None, 1) or not compiles_in_build(budget, k, method):
+            raise ValueError(f"the build compiles the tree itself (compiled=) only where compiles_in_build says so: "
+                             f"method 'serial' on one warp, budget up to {LAYOUT_JUMPS_UP_TO}; got method {method!r}, "
+                             f"budget {budget}, num_warps {num_warps}")
+    elif prefix_len is not None:
+        raise ValueError("prefix_len goes with compiled= (the build's own compile)")
     if out is None:
         out = (
             *(torch.empty(n_out, dtype=torch.int64, device=device) for _ in range(4)),
@@ -393,8 +492,14 @@ def build_tree_arrays(
         _build_tree_threshold[(1,)](*inputs, spine, ws, ws_score, tws, tws_score, *out, flag, **shape, **tshape, **gdc)
     elif levels:
         _build_tree_levels[(1,)](*inputs, ws, ws_score, *out, **shape, **gdc)
+    elif compiled is not None:
+        _build_compile_tree[(1,)](*inputs, spine, ws, ws_score, *out, prefix_len, *compiled, **shape, **gdc,
+                                  LJ=layout_jumps(shape["NB"], warps), TP=value_table(depths, k, warps),
+                                  W=compiled[1].shape[1])
     else:
-        _build_tree[(1,)](*inputs, spine, ws, ws_score, *out, **shape, **gdc, LJ=layout_jumps(shape["NB"], warps))
+        _build_tree[(1,)](*inputs, spine, ws, ws_score, *out, **shape, **gdc, LJ=layout_jumps(shape["NB"], warps),
+                          TP=value_table(depths, k, warps),
+                          RC=CHOSEN_IN_REGISTERS and layout_jumps(shape["NB"], warps) > 0)
         if method == "threshold" and fell_back is not None:
             fell_back.fill_(1)  # a spine, or a shape the threshold build does not take (threshold_fits)
     return out
@@ -412,6 +517,48 @@ def layout_jumps(nb: int, warps: int) -> int:
     """`_build_tree`'s LJ: log2(NB) pointer-jumping rounds for the layout where NB <= LAYOUT_JUMPS_UP_TO on one warp,
     else 0 (the climb through the workspace)."""
     return max(nb.bit_length() - 1, 1) if nb <= LAYOUT_JUMPS_UP_TO and warps == 1 else 0
+
+
+# L * K (to a power of two) up to which the serial build's pops take their values from the [L, K] table read once into
+# registers, by a gather (`_select`'s TP, `_value`) on one warp, instead of a load each that waits on the pop before.
+# H200 2026-12-06, the step with the walk in CUDA graphs (PDL), medians of 7 interleaved rounds, L 15, K 8 (a table of
+# 128), a flat and a deep draw (benchmarks/results/value_table_20261206_modes_h200.txt): budget 15 -0.23 / -2.24 us, 22
+# -1.15 / -2.15, 32 -0.80 / -2.11. Slower there: the values by a select and max over the table (+2.2 / +0.6 us at
+# 15) and loads after the table was read once into L1 (-0.26 / -0.93). Larger tables (K 16: 256) not timed.
+VALUE_TABLE_UP_TO = 128
+# Whether the serial build keeps its chosen nodes in registers where it lays them out by jumps (`_select`'s RC).
+CHOSEN_IN_REGISTERS = True
+
+
+def value_table(depths: int, k: int, warps: int) -> int:
+    """`_build_tree`'s TP: the [L, K] table's size to a power of two where it is at most VALUE_TABLE_UP_TO and the
+    build runs on one warp, else 0 (a load a value)."""
+    size = triton.next_power_of_2(depths * k)
+    return size if size <= VALUE_TABLE_UP_TO and warps == 1 else 0
+
+
+# Whether the serial build compiles the tree itself where it can (`compiles_in_build`), TreeStep's default there.
+COMPILE_IN_BUILD = True
+
+
+def compiles_in_build(budget: int, k: int, method: str = "serial") -> bool:
+    """Whether `build_tree_arrays` takes compiled= at this shape: the serial build (method "serial"; a spine too) on
+    one warp with its layout by jumps (`layout_jumps`: budgets up to LAYOUT_JUMPS_UP_TO, at most 33 rows), k >= 1."""
+    return (method == "serial" and budget >= 1 and k >= 1
+            and layout_jumps(triton.next_power_of_2(budget), default_warps(budget)) > 0)
+
+
+def _check_compiled(compiled, prefix_len, n_out: int, device) -> None:
+    """compiled= and prefix_len= as `build_tree_arrays` takes them, else a ValueError saying what differs."""
+    words = triton.cdiv(n_out, 32)
+    want = (((n_out, n_out), torch.bool), ((n_out, words), torch.int32), *(((n_out,), torch.int64),) * 3)
+    got = tuple((tuple(t.shape), t.dtype) for t in compiled) if len(compiled) == 5 else None
+    if got != want or any(t.device != device or not t.is_contiguous() for t in compiled):
+        raise ValueError(f"expected compiled = (mask, packed, positions, first_child, next_sibling), contiguous on "
+                         f"{device}, shaped {want}, got {got or len(compiled)}")
+    if prefix_len is None or prefix_len.numel() != 1 or prefix_len.device != device:
+        raise ValueError(f"expected prefix_len a one-element tensor on {device} with compiled=, got "
+                         f"{None if prefix_len is None else (tuple(prefix_len.shape), prefix_len.device)}")
 
 
 def threshold_fits(budget: int, k: int, depths: int) -> bool:

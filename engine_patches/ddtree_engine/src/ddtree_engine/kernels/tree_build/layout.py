@@ -36,9 +36,21 @@ def _write_tree(
     place, par_place, dep, rnk, score, cm, n_chosen, root_ptr, ids_ptr, tok_ptr, par_ptr, dep_ptr, rank_ptr, score_ptr,
     n_ptr, BUDGET: tl.constexpr, K: tl.constexpr, NP: tl.constexpr,
 ):
-    """Both builds' output: each chosen node (cm) at its place, the root at 0, padding after the last."""
+    """The builds' output: each chosen node (cm) at its place, its token read off the [L, K] ids (`_write_nodes`)."""
+    tok = tl.load(ids_ptr + dep * K + rnk, mask=cm, other=0)
+    _write_nodes(place, par_place, dep, rnk, tok, score, cm, n_chosen, root_ptr, tok_ptr, par_ptr, dep_ptr, rank_ptr,
+                 score_ptr, n_ptr, BUDGET, NP)
+
+
+@triton.jit
+def _write_nodes(
+    place, par_place, dep, rnk, tok, score, cm, n_chosen, root_ptr, tok_ptr, par_ptr, dep_ptr, rank_ptr, score_ptr,
+    n_ptr, BUDGET: tl.constexpr, NP: tl.constexpr,
+):
+    """Each chosen node (cm) with its token at its place, the root at 0, padding after the last (kernel.py's serial
+    build reads the tokens early, before its layout)."""
     root = tl.load(root_ptr)
-    tl.store(tok_ptr + place, tl.load(ids_ptr + dep * K + rnk, mask=cm, other=0), mask=cm)
+    tl.store(tok_ptr + place, tok, mask=cm)
     tl.store(par_ptr + place, par_place, mask=cm)
     tl.store(dep_ptr + place, dep.to(tl.int64) + 1, mask=cm)
     tl.store(rank_ptr + place, rnk.to(tl.int64), mask=cm)

@@ -90,6 +90,49 @@ def _compile_rows(
     tl.store(pos_ptr + rows, prefix + dep, mask=rmask)
 
 
+@triton.jit
+def _compile_chosen(n_chosen, cm, place, chosen, prefix_ptr, mask_ptr, packed_ptr, pos_ptr, fc_ptr, ns_ptr,
+                    N: tl.constexpr, W: tl.constexpr, NB: tl.constexpr, NP: tl.constexpr, LJ: tl.constexpr):
+    """The compiled arrays of the tree tree_build.kernel's serial build has just laid out, from its registers
+    (`_build_compile_tree`; N <= 64 rows): per selection index c (cm: chosen), the node's place and `chosen` =
+    (parent selection, depth - 1, rank, score, and by frontier slot q: the first node popped from it, how many were;
+    slot q holds the children of selection q - 1, slot 0 the root's). No parent climb: each node's ancestors as one
+    integer's bits (by place, the root's bit 0 in every row) by pointer jumping, LJ rounds of `tl.gather`
+    (2^LJ >= NB >= any chain); its first child the first node popped from slot c + 1; its next sibling the next place
+    where its parent has more children than its rank + 1 (siblings sit side by side, by rank). The root and padding
+    rows (the rest) stored apart; every row written once."""
+    par, dep, rnk, _, first, kids = chosen
+    ci = tl.arange(0, NB)
+    bits = tl.where(cm, (tl.full([NB], 1, tl.int64) << place) | 1, 0)
+    up = tl.where(cm, par, -1)
+    for _ in tl.static_range(LJ):
+        has = up >= 0
+        at = tl.maximum(up, 0)
+        bits = bits | tl.where(has, tl.gather(bits, at, 0), 0)
+        up = tl.where(has, tl.gather(up, at, 0), -1)
+    cols = tl.arange(0, NP)
+    seen = ((bits[:, None] >> cols[None, :].to(tl.int64)) & 1) != 0
+    tl.store(mask_ptr + place[:, None] * N + cols[None, :], seen, mask=cm[:, None] & (cols[None, :] < N))
+    rows = tl.arange(0, NP)
+    rest = (rows < N) & ((rows == 0) | (rows > n_chosen))
+    tl.store(mask_ptr + rows[:, None] * N + cols[None, :], rows[:, None] == cols[None, :],
+             mask=rest[:, None] & (cols[None, :] < N))
+    own = tl.full([NP], 1, tl.int64) << (rows % 32).to(tl.int64)
+    for w in tl.static_range(W):
+        tl.store(packed_ptr + place * W + w, ((bits >> (32 * w)) & 0xFFFFFFFF).to(tl.int32), mask=cm)
+        tl.store(packed_ptr + rows * W + w, tl.where(rows // 32 == w, own, 0).to(tl.int32), mask=rest)
+    prefix = tl.load(prefix_ptr).to(tl.int64)
+    tl.store(pos_ptr + place, prefix + dep.to(tl.int64) + 1, mask=cm)
+    tl.store(pos_ptr + rows, tl.zeros([NP], dtype=tl.int64) + prefix, mask=rest)
+    child = tl.where(ci + 1 < NB, tl.gather(first, tl.minimum(ci + 1, NB - 1), 0), -1)
+    tl.store(fc_ptr + place, tl.where(child >= 0, tl.gather(place, tl.maximum(child, 0), 0), -1), mask=cm)
+    more = rnk + 1 < tl.gather(kids, par + 1, 0)  # par + 1: the slot of the node's parent's children (0: the root's)
+    tl.store(ns_ptr + place, tl.where(more, place + 1, -1), mask=cm)
+    # The root's first child is selection 0 (the first pop: depth 0, rank 0), at place 1.
+    tl.store(fc_ptr + rows, tl.where((rows == 0) & (n_chosen > 0), 1, -1).to(tl.int64), mask=rest)
+    tl.store(ns_ptr + rows, tl.full([NP], -1, tl.int64), mask=rest)
+
+
 def compile_tree_arrays(
     parents: torch.Tensor,
     depths: torch.Tensor,

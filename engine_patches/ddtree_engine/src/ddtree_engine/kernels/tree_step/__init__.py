@@ -29,7 +29,8 @@ __all__ = ["TreeStep", "reference_step"]
 
 
 class TreeStep:
-    """Preallocated buffers and the four kernels of one step shape.
+    """Preallocated buffers and the four kernels of one step shape (three where the serial build compiles the tree in
+    its own launch: `compile_in_build`, up to budget 32).
 
     Args:
         depths: L, drafted depths (rows of the draft logits).
@@ -119,6 +120,11 @@ class TreeStep:
         self.fused = None
         if fused and self.k > 0:
             self.fused = kernel_module(__name__).FusedBuild(self, **self.topk_params)
+        # The serial build on one warp compiles the tree itself up to budget 32 (tree_build.kernel.compiles_in_build,
+        # COMPILE_IN_BUILD): one launch fewer.
+        self.compile_in_build = (self.fused is None and self.k > 0 and self.build_method == "serial"
+                                 and self.build_kernel.COMPILE_IN_BUILD
+                                 and self.build_kernel.compiles_in_build(budget, self.k, "serial"))
 
     @property
     def num_rows(self) -> int:
@@ -142,10 +148,13 @@ class TreeStep:
             return
         else:
             self.topk_kernel.topk_logprobs(draft_logits, self.k, out=(self.vals, self.ids), **self.topk_params)
+            into = dict(compiled=self.compiled, prefix_len=prefix_len) if self.compile_in_build else {}
             self.build_kernel.build_tree_arrays(
                 self.vals, self.ids, self.budget, root, self.spine_depth, out=self.tree, method=self.build_method,
-                pdl=self.pdl,
+                pdl=self.pdl, **into,
             )
+            if self.compile_in_build:
+                return
         tokens, parents, depths, _, _, num_nodes = self.tree
         self.mask_kernel.compile_tree_arrays(parents, depths, num_nodes, prefix_len, self.depths, out=self.compiled,
                                              pdl=self.pdl)
