@@ -160,6 +160,21 @@ def module_flags(flags: dict):
             setattr(module, name, value)
 
 
+def draws(depths: int, vocab: int, device) -> tuple[tuple[tuple[str, torch.Tensor], ...], torch.Tensor, torch.Tensor]:
+    """The result scripts' two draws of bf16 logits [depths, vocab] from seed 0: "flat" (randn * 3) and "deep" (the
+    same with token 7 lifted by 25 at every depth, one strong candidate a depth as a confident drafter's), with the root
+    token 1 and the prefix length 100 as [1] tensors on `device`.
+
+    Returns:
+        ((("flat", logits), ("deep", logits)), root, prefix_len).
+    """
+    torch.manual_seed(0)
+    flat = (torch.randn(depths, vocab, device=device) * 3).to(torch.bfloat16)
+    deep = flat.clone()
+    deep[:, 7] += 25
+    return (("flat", flat), ("deep", deep)), torch.tensor([1], device=device), torch.tensor([100], device=device)
+
+
 def first_children(step: TreeStep) -> torch.Tensor:
     """Each node's first child's token in `step`'s built tree (0 where none): target choices that walk it all the way
     down, on the step's device."""
@@ -172,8 +187,8 @@ def first_children(step: TreeStep) -> torch.Tensor:
 
 def arm_steps(logits: torch.Tensor, root, prefix, budget: int, arms: dict, keep: list, capture: bool,
               topk: int = 8) -> tuple[dict, dict]:
-    """One TreeStep (`topk`, 8 unless given) per arm ({name: `module_flags`}) at `budget`, each run once on `logits`
-    with its flags set:
+    """One TreeStep (`topk`, 8 unless given) per arm ({name: `module_flags`}, or {name: (`module_flags`, TreeStep
+    keywords)}) at `budget`, each run once on `logits` with its flags set:
     build, then the walk with the target choosing each node's first child in the first arm's tree (`first_children`).
     With `capture` (a GPU) the steps launch with PDL and each run is captured too. `keep` holds what the graphs read.
 
@@ -183,8 +198,9 @@ def arm_steps(logits: torch.Tensor, root, prefix, budget: int, arms: dict, keep:
     depths, vocab = logits.shape
     steps, graphs, choices = {}, {}, None
     for arm, flags in arms.items():
+        flags, kwargs = flags if isinstance(flags, tuple) else (flags, {})
         with module_flags(flags):  # a flag TreeStep reads when built (tree_build.kernel.compiles_in_build's bound)
-            step = TreeStep(depths, vocab, budget, topk, logits.device, pdl=capture)
+            step = TreeStep(depths, vocab, budget, topk, logits.device, pdl=capture, **kwargs)
         keep.append(step)
         if choices is None:
             step.build(logits, root, prefix)

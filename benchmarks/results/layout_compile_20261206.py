@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, as the earlier scripts here
-from bench_tree_step import arm_steps, interleaved_rounds  # noqa: E402
+from bench_tree_step import arm_steps, draws, interleaved_rounds  # noqa: E402
 from ddtree_engine.kernels.tree_build import kernel as build_kernel  # noqa: E402
 
 SMOKE = "--smoke" in sys.argv
@@ -39,13 +39,10 @@ else:
 
 
 def main():
-    torch.manual_seed(0)
-    logits = (torch.randn(L, V, device=DEV) * 3).to(torch.bfloat16)
-    peaked = logits.clone()
-    peaked[:, 7] += 25  # one strong candidate a depth (as a confident drafter's): a deep tree
-    root, prefix = torch.tensor([1], device=DEV), torch.tensor([100], device=DEV)
+    both, root, prefix = draws(L, V, DEV)
+    logits = both[0][1]
     graphs, keep = {}, []
-    for draw, x in (("flat", logits), ("peaked", peaked)):
+    for draw, x in ((name if name == "flat" else "peaked", x) for name, x in both):
         for budget in BUDGETS:
             steps, step_graphs = arm_steps(x, root, prefix, budget, ARMS, keep, capture=not SMOKE)
             graphs.update({f"{draw} b{budget} {arm}": graph for arm, graph in step_graphs.items()})

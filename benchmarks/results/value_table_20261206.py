@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, as the earlier scripts here
-from bench_tree_step import arm_steps, graphed, interleaved_rounds  # noqa: E402
+from bench_tree_step import arm_steps, draws, graphed, interleaved_rounds  # noqa: E402
 from ddtree_engine.kernels.gdc import gdc_enter, launch_options  # noqa: E402
 from ddtree_engine.kernels.tree_build import kernel as build_kernel  # noqa: E402
 
@@ -61,13 +61,10 @@ def chain(n: int, pdl: bool, keep: list):
 
 
 def main():
-    torch.manual_seed(0)
-    logits = (torch.randn(L, V, device=DEV) * 3).to(torch.bfloat16)
-    peaked = logits.clone()
-    peaked[:, 7] += 25  # one strong candidate a depth (as a confident drafter's): a deep tree
-    root, prefix = torch.tensor([1], device=DEV), torch.tensor([100], device=DEV)
+    both, root, prefix = draws(L, V, DEV)
+    logits = both[0][1]
     graphs, keep = {}, []
-    for draw, x in (("flat", logits), ("deep", peaked)):
+    for draw, x in both:
         for budget, topk in SHAPES:
             steps, step_graphs = arm_steps(x, root, prefix, budget, ARMS, keep, capture=not SMOKE, topk=topk)
             label = f"{draw} b{budget}/{topk}"

@@ -121,29 +121,42 @@ def test_the_int64_frontier_keys_on_every_shape(name):
     _assert_same(name, tuple(a.cpu() for a in got), reference.build_tree_arrays(vals, ids, budget, 5, spine))
 
 
+def _serial_case(name: str, seed_base: int, budget_hi: int, topk_hi: int, vocab: int = 12, cases: dict = CASES):
+    """(logits, budget, topk, spine) of a named case, or of "random N": L in [1, 16), budget in [1, budget_hi), topk in
+    [1, topk_hi) drawn from seed seed_base + N, tied logits on odd N, spine N % 3."""
+    if name in cases:
+        return cases[name]
+    seed = int(name.split()[1])
+    g = torch.Generator().manual_seed(seed_base + seed)
+    depths, budget, topk = (int(torch.randint(lo, hi, (1,), generator=g)) for lo, hi in ((1, 16), (1, budget_hi), (1, topk_hi)))
+    return (_tied if seed % 2 else _randn)(depths, vocab, seed), budget, topk, seed % 3
+
+
+def _spy_launches(monkeypatch, *keys) -> list:
+    """The keywords `keys` of every `_build_tree` launch from here on (one value, or a tuple of them), in a list."""
+    launched, real = [], kernel._build_tree
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*a, **kw):
+                launched.append(kw[keys[0]] if len(keys) == 1 else tuple(kw[key] for key in keys))
+                return real[grid](*a, **kw)
+            return launch
+
+    monkeypatch.setattr(kernel, "_build_tree", Spy())
+    return launched
+
+
 @pytest.mark.parametrize("layout", ["climb", "jumps"])
 @pytest.mark.parametrize("name", list(CASES) + [f"random {seed}" for seed in range(6)])
 def test_the_serial_layout_both_ways_on_every_shape(name, layout, monkeypatch):
     """The serial build's layout by a climb through the workspace and by pointer jumping in registers (`_build_tree`'s
     LJ, budgets to 64 on one warp here): the reference's arrays, and the launch took the way asked."""
     monkeypatch.setattr(kernel, "LAYOUT_JUMPS_UP_TO", 64 if layout == "jumps" else 0)
-    if name in CASES:
-        logits, budget, topk, spine = CASES[name]
-    else:
-        seed = int(name.split()[1])
-        g = torch.Generator().manual_seed(300 + seed)
-        depths, budget, topk = (int(torch.randint(lo, hi, (1,), generator=g)) for lo, hi in ((1, 16), (1, 64), (1, 9)))
-        logits, spine = (_tied if seed % 2 else _randn)(depths, 12, seed), seed % 3
+    logits, budget, topk, spine = _serial_case(name, 300, 64, 9)
     k = min(topk, budget, logits.shape[1])
     vals, ids = topk_reference.sorted_topk_logprobs(logits, k)
-    launched = []
-    real = kernel._build_tree
-
-    class Spy:
-        def __getitem__(self, grid):
-            return lambda *a, **kw: launched.append(kw["LJ"]) or real[grid](*a, **kw)
-
-    monkeypatch.setattr(kernel, "_build_tree", Spy())
+    launched = _spy_launches(monkeypatch, "LJ")
     got = kernel.build_tree_arrays(vals.to(DEVICE), ids.to(DEVICE), budget, torch.tensor([5], device=DEVICE), spine)
     assert (launched[0] > 0) == (layout == "jumps" and budget <= 64), launched
     _assert_same(f"{name} ({layout})", tuple(a.cpu() for a in got), reference.build_tree_arrays(vals, ids, budget, 5, spine))
@@ -163,23 +176,10 @@ def test_the_serial_values_and_chosen_nodes_every_way_on_every_shape(name, way, 
     table, regs = VALUE_WAYS[way]
     monkeypatch.setattr(kernel, "VALUE_TABLE_UP_TO", table)
     monkeypatch.setattr(kernel, "CHOSEN_IN_REGISTERS", regs)
-    if name in CASES:
-        logits, budget, topk, spine = CASES[name]
-    else:
-        seed = int(name.split()[1])
-        g = torch.Generator().manual_seed(500 + seed)
-        depths, budget, topk = (int(torch.randint(lo, hi, (1,), generator=g)) for lo, hi in ((1, 16), (1, 40), (1, 17)))
-        logits, spine = (_tied if seed % 2 else _randn)(depths, 20, seed), seed % 3
+    logits, budget, topk, spine = _serial_case(name, 500, 40, 17, vocab=20)
     k = min(topk, budget, logits.shape[1])
     vals, ids = topk_reference.sorted_topk_logprobs(logits, k)
-    launched = []
-    real = kernel._build_tree
-
-    class Spy:
-        def __getitem__(self, grid):
-            return lambda *a, **kw: launched.append((kw["TP"], kw["RC"])) or real[grid](*a, **kw)
-
-    monkeypatch.setattr(kernel, "_build_tree", Spy())
+    launched = _spy_launches(monkeypatch, "TP", "RC")
     got = kernel.build_tree_arrays(vals.to(DEVICE), ids.to(DEVICE), budget, torch.tensor([5], device=DEVICE), spine)
     fits = vals.numel() <= table
     assert launched == [(kernel.value_table(*vals.shape, 1) if fits else 0, regs and budget <= 32)], launched
@@ -213,14 +213,8 @@ def test_the_build_compiles_the_tree_itself_on_every_shape(name):
     """compiled= (`_build_compile_tree`: ancestors as bits by pointer jumping, links from the frontier slots; budgets
     to 32, so 33 rows and two packed words too): the reference's tree and the reference compile of it (mask, packed
     mask, positions, links), on buffers left dirty."""
-    if name in CASES or name in DEEP_CHAINS:
-        logits, budget, topk, spine = {**CASES, **DEEP_CHAINS}[name]
-    else:
-        seed = int(name.split()[1])
-        g = torch.Generator().manual_seed(400 + seed)
-        depths, budget, topk = (int(torch.randint(lo, hi, (1,), generator=g)) for lo, hi in ((1, 16), (1, 33), (1, 9)))
-        budget = 32 if seed == 0 else budget
-        logits, spine = (_tied if seed % 2 else _randn)(depths, 12, seed), seed % 3
+    logits, budget, topk, spine = _serial_case(name, 400, 33, 9, cases={**CASES, **DEEP_CHAINS})
+    budget = 32 if name == "random 0" else budget
     k = min(topk, budget, logits.shape[1])
     assert kernel.compiles_in_build(budget, k), (budget, k)
     vals, ids = topk_reference.sorted_topk_logprobs(logits, k)

@@ -253,6 +253,8 @@ def test_the_step_with_a_first_pass_by_rounds_on_one_warp(fused, monkeypatch):
     step, want = _run_step(5, 300, 15, 8, 0, logits, 3, 9, 7, "fused serial" if fused else "serial", block=64,
                            topk_rounds=True, topk_warps=1)
     assert step.topk_params["rounds"] and step.topk_params["num_warps"] == 1
+    # One warp: the one-launch build builds and compiles from registers, as the build's own launch does.
+    assert not fused or step.fused.shape.get("CIB")
     _compare("rounds, one warp", step, want)
 
 
@@ -393,16 +395,25 @@ for budget, topk, levels in ((15, 8, False), (15, 8, True), (256, 8, True), (256
     consts = {**topk_kernel.first_pass_constants(151_936, topk, 4096), **build_kernel.launch_constants(budget, topk, True),
               **build_kernel.key_constants(budget, topk), **mask_kernel.launch_constants(budget + 1, k.FUSED_COMPILE_ROWS), "LEVELS": levels,
               "LOWBITS": topk_kernel.key_low_bits(torch.bfloat16, 4096), "GDC": True,  # as launched on the H200 (kernels/gdc.py)
-              "ROUNDS": levels}  # the first pass's selections by K rounds (TreeStep(topk_rounds=True)) in the levels cases
+              "ROUNDS": levels,  # the first pass's selections by K rounds (TreeStep(topk_rounds=True)) in the levels cases
+              "CIB": False, "LJ": 0, "TP": 0, "WC": 1}  # four warps: the build's own loads and workspace, then the compile's rows
     src = ASTSource(fn=k._fused_build, signature={**sig, **{c: "constexpr" for c in consts}}, constexprs=consts)
     ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4}).asm["ptx"]
     print("fused", budget, topk, levels, ".target sm_90" in ptx and "griddepcontrol.wait" in ptx, "atom.global.gpu.acq_rel.add" in ptx)
+# One warp, 1,024-token blocks by rounds: the build from registers with its compile (FusedBuild's CIB).
+consts = {**topk_kernel.first_pass_constants(151_936, 8, 1024), **build_kernel.launch_constants(15, 8, True),
+          **build_kernel.key_constants(15, 8), **mask_kernel.launch_constants(16, k.FUSED_COMPILE_ROWS), "LEVELS": False,
+          "LOWBITS": topk_kernel.key_low_bits(torch.bfloat16, 1024), "GDC": True, "ROUNDS": True, "CIB": True,
+          "LJ": build_kernel.layout_jumps(16, 1), "TP": build_kernel.value_table(15, 8, 1), "WC": 1}
+src = ASTSource(fn=k._fused_build, signature={**sig, **{c: "constexpr" for c in consts}}, constexprs=consts)
+ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 1}).asm["ptx"]
+print("fused one warp", ".target sm_90" in ptx and "griddepcontrol.wait" in ptx, "atom.global.gpu.acq_rel.add" in ptx)
 """
 
 
 def test_the_fused_build_compiles_for_the_h200_without_one():
-    """As test_tree_build's compile test: the one-launch build (both selections) compiles to sm_90 PTX
-    with Triton's own ptxas, and its counters are acq_rel atomics (the ordering the last programs'
+    """As test_tree_build's compile test: the one-launch build (both selections; on one warp the build from registers)
+    compiles to sm_90 PTX with Triton's own ptxas, and its counters are acq_rel atomics (the ordering the last programs'
     reads of the other programs' blocks rely on)."""
     env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1")
     proc = subprocess.run([sys.executable, "-c", COMPILE_FUSED_FOR_SM90], capture_output=True, text=True, env=env, timeout=600)
@@ -410,3 +421,4 @@ def test_the_fused_build_compiles_for_the_h200_without_one():
     lines = proc.stdout.split("\n")
     for budget, topk, levels in ((15, 8, False), (15, 8, True), (256, 8, True), (256, 8, False), (1000, 16, False)):
         assert f"fused {budget} {topk} {levels} True True" in lines, proc.stdout
+    assert "fused one warp True True" in lines, proc.stdout

@@ -329,6 +329,7 @@ def _build(vals_ptr, ids_ptr, root_ptr, L, spine, ws_ptr, ws_score_ptr, tok_ptr,
            LJ: tl.constexpr, TP: tl.constexpr, RC: tl.constexpr):
     """`_build_tree`'s work, the pops, the layout and the tree's arrays. Returns, per selection index, what the build
     that compiles the tree too reads: (how many, chosen, `_select`'s vectors, place, parent's place)."""
+    tl.static_assert(LJ > 0 or not RC, "the chosen nodes stay in registers (RC) only where the layout jumps (LJ > 0)")
     n_chosen, chosen = _select(vals_ptr, L, spine, ws_ptr, ws_score_ptr, BUDGET, K, NB, SD, SR, SC, KNONE, TP, RC)
     ci = tl.arange(0, NB)
     if RC:  # the chosen nodes in registers: their tokens' loads issued before the layout

@@ -21,7 +21,9 @@ is slower (95.6 against 50.8 us; 473 against 154 at 256): the last program compi
 block where the compile kernel runs its blocks side by side, and builds with this kernel's 4 warps. In a
 profile of the budget-15 step (21:37 run) the four kernels take 8.6 (top-K blocks) + 3.3 (merge) + 5.5
 (build) + 3.0 (compile) us and the fused one 19.6, so what it saves is launch gaps. Opt-in
-(`TreeStep(fused=True)`), not the default: the gain is ~1 us of a ~6 ms verify step.
+(`TreeStep(fused=True)`), not the default: the gain is ~1 us of a ~6 ms verify step. On one warp
+(`TreeStep(fused=True, topk_warps=1)`) the last program builds as the serial build's own launch does up to budget 32:
+values, chosen nodes and the compile from registers (`CIB`; tree_build.kernel.compiles_in_build).
 """
 
 from __future__ import annotations
@@ -34,10 +36,10 @@ from ..gdc import gdc_enter, launch_options
 from ..topk_logprobs import kernel as topk_kernel
 from ..topk_logprobs.kernel import _chunk_keys, _merge_row
 from ..tree_build import kernel as build_kernel
-from ..tree_build.kernel import _build_tree
+from ..tree_build.kernel import _build, _build_tree
 from ..tree_build.levels import _build_tree_levels
 from ..tree_mask import kernel as mask_kernel
-from ..tree_mask.kernel import _compile_rows
+from ..tree_mask.kernel import _compile_chosen, _compile_rows
 
 
 # Rows the last program compiles at a time (it runs the compile's blocks one after another, so it
@@ -54,7 +56,8 @@ def _fused_build(
     BUDGET: tl.constexpr, B: tl.constexpr, NB: tl.constexpr, NP: tl.constexpr, COLS: tl.constexpr,
     LEVELS: tl.constexpr, LOGB: tl.constexpr, BR: tl.constexpr, WP: tl.constexpr,
     SD: tl.constexpr, SR: tl.constexpr, SC: tl.constexpr, KNONE: tl.constexpr, LOWBITS: tl.constexpr = 0,
-    ROUNDS: tl.constexpr = False, GDC: tl.constexpr = False,
+    ROUNDS: tl.constexpr = False, GDC: tl.constexpr = False, LJ: tl.constexpr = 0, TP: tl.constexpr = 0,
+    CIB: tl.constexpr = False, WC: tl.constexpr = 1,
 ):
     gdc_enter(GDC)
     row = tl.program_id(0)
@@ -69,16 +72,23 @@ def _fused_build(
         rows_done = tl.atomic_add(count_ptr + L, 1, sem="acq_rel")
         if rows_done == L - 1:
             tl.store(count_ptr + L, 0)
-            if LEVELS:
+            if CIB:  # one warp: the serial build with its values, chosen nodes and compile in registers
+                n_chosen, cm, chosen, place, par_place = _build(
+                    vals_ptr, ids_ptr, root_ptr, L, spine, ws_ptr, ws_score_ptr, tok_ptr, par_ptr, dep_ptr, rank_ptr,
+                    score_ptr, n_ptr, BUDGET, K, B, NB, NP, COLS, SD, SR, SC, KNONE, LJ, TP, True)
+                _compile_chosen(n_chosen, cm, place, chosen, prefix_ptr, mask_ptr, packed_ptr, pos_ptr, fc_ptr, ns_ptr,
+                                BUDGET + 1, WC, NB, NP, LJ)
+            elif LEVELS:
                 _build_tree_levels(vals_ptr, ids_ptr, root_ptr, L, ws_ptr, ws_score_ptr, tok_ptr, par_ptr, dep_ptr,
                                    rank_ptr, score_ptr, n_ptr, BUDGET, K, KP, B, NB, NP, COLS, LOGB)
             else:
                 _build_tree(vals_ptr, ids_ptr, root_ptr, L, spine, ws_ptr, ws_score_ptr, tok_ptr, par_ptr, dep_ptr,
                             rank_ptr, score_ptr, n_ptr, BUDGET, K, B, NB, NP, COLS, SD, SR, SC, KNONE)
-            tl.debug_barrier()
-            for row0 in range(0, N, BR):
-                _compile_rows(row0, par_ptr, dep_ptr, n_ptr, prefix_ptr, max_depth, mask_ptr, packed_ptr, pos_ptr,
-                              fc_ptr, ns_ptr, N, W, BR, NP, WP)
+            if not CIB:
+                tl.debug_barrier()
+                for row0 in range(0, N, BR):
+                    _compile_rows(row0, par_ptr, dep_ptr, n_ptr, prefix_ptr, max_depth, mask_ptr, packed_ptr, pos_ptr,
+                                  fc_ptr, ns_ptr, N, W, BR, NP, WP)
 
 
 class FusedBuild:
@@ -112,6 +122,13 @@ class FusedBuild:
         self.shape = {**topk_consts, **build_kernel.launch_constants(budget, step.k, True),
                       **build_kernel.key_constants(budget, step.k),
                       **mask_kernel.launch_constants(self.n_out, FUSED_COMPILE_ROWS), "LEVELS": self.levels}
+        # On one warp the serial build takes its values, chosen nodes and compile in registers, as its own launch does
+        # (tree_build.kernel.compiles_in_build).
+        if (num_warps == 1 and not self.levels and build_kernel.COMPILE_IN_BUILD
+                and build_kernel.compiles_in_build(budget, step.k, "serial")):
+            nb = self.shape["NB"]
+            self.shape.update(CIB=True, LJ=build_kernel.layout_jumps(nb, 1),
+                              TP=build_kernel.value_table(depths, step.k, 1), WC=step.compiled[1].shape[1])
 
     def __call__(self, draft_logits: torch.Tensor, root: torch.Tensor, prefix_len: torch.Tensor) -> None:
         step = self.step
