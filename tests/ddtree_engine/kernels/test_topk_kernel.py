@@ -185,12 +185,17 @@ def _half_edges(dtype: torch.dtype) -> torch.Tensor:
     return x.to(dtype)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("block,group,tl_topk", [(64, 1, False), (64, 8, False), (128, 16, False), (64, 8, True), (1024, 8, True)])
+@pytest.mark.parametrize("block,group,tl_topk,dtype", [
+    (block, group, tl_topk, dtype)
+    for block, group, tl_topk in [(64, 1, False), (64, 8, False), (128, 16, False), (64, 8, True), (1024, 8, True)]
+    for dtype in (torch.bfloat16, torch.float16)
+    if not (tl_topk and block == 64 and dtype == torch.float16)  # ~35 s in the interpreter; fp16's tl.topk at 1024
+])
 def test_32_bit_keys_give_the_64_bit_keys(dtype, block, group, tl_topk, monkeypatch):
     # bf16 and fp16 logits rank 32-bit keys in the first pass (key_low_bits); fp32 and KEYS32 off rank 64-bit ones.
     # Both must write the same keys, maxes and sums, and the result must be the reference's; the selections by
-    # the interpreter's rounds and by `tl.topk` (the GPU's; slow in the interpreter, so two shapes only).
+    # the interpreter's rounds and by `tl.topk` (the GPU's; slow in the interpreter, so two shapes only, and at
+    # 64-token blocks bf16 only).
     if tl_topk:
         import triton.language as tl
 
