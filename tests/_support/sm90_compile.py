@@ -12,9 +12,10 @@ import subprocess
 import sys
 
 SHARD_ARGS = """
+import itertools
 import sys
 shard, shards = int(sys.argv[1]), int(sys.argv[2])
-_case = iter(range(10**6))
+_case = itertools.count()
 
 
 def mine():

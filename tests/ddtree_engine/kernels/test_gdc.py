@@ -5,15 +5,12 @@ launches' arrays every time."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
 pytest.importorskip("triton")  # tests/ddtree_engine/conftest.py set TRITON_INTERPRET without a GPU
 
+from sm90_compile import compile_in_shards  # noqa: E402
 from step_graphs import capture_step  # noqa: E402
 
 from ddtree_engine.kernels import gdc  # noqa: E402
@@ -88,6 +85,8 @@ kernels = {
 }
 for name, (fn, sig, consts, warps) in kernels.items():
     for on in (True, False):
+        if not mine():  # sm90_compile.SHARD_ARGS
+            continue
         cs = dict(consts, GDC=on)
         src = ASTSource(fn=fn, signature={**sig, **{c: "constexpr" for c in cs}}, constexprs=cs)
         ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}).asm["ptx"]
@@ -101,14 +100,12 @@ for name, (fn, sig, consts, warps) in kernels.items():
 def test_each_kernel_waits_before_touching_memory_in_the_h200_code():
     """With GDC each kernel's sm_90 code has the wait ahead of its first global load, store or atomic and
     lets the next kernel launch; without it, neither instruction (the build kernels' and the one-launch
-    kernel's compile tests check their wait too). In a child process: the kernels here are the interpreter's."""
-    env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1")
-    proc = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = proc.stdout.split("\n")
+    kernel's compile tests check their wait too). In child processes sharing the 14 compiles (sm90_compile): the
+    kernels here are the interpreter's."""
+    lines = compile_in_shards(COMPILE_FOR_SM90, timeout_s=600)
     for name in ("first pass", "merge", "compile", "compile by gather", "walk", "walk by jumps", "walk by jumps, dedupe"):
-        assert f"{name} True True True True" in lines, proc.stdout
-        assert f"{name} False False False False" in lines, proc.stdout
+        assert f"{name} True True True True" in lines, lines
+        assert f"{name} False False False False" in lines, lines
 
 
 @gpu

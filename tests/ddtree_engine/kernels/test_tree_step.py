@@ -400,11 +400,11 @@ for budget, topk, levels in ((15, 8, False), (15, 8, True), (256, 8, True), (256
     ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4}).asm["ptx"]
     print("fused", budget, topk, levels, ".target sm_90" in ptx and "griddepcontrol.wait" in ptx, "atom.global.gpu.acq_rel.add" in ptx)
 # One warp, 1,024-token blocks by rounds: the build from registers with its compile (FusedBuild's CIB).
-consts = {} if not mine() else {**topk_kernel.first_pass_constants(151_936, 8, 1024), **build_kernel.launch_constants(15, 8, True),
-          **build_kernel.key_constants(15, 8), **mask_kernel.launch_constants(16, k.FUSED_COMPILE_ROWS), "LEVELS": False,
-          "LOWBITS": topk_kernel.key_low_bits(torch.bfloat16, 1024), "GDC": True, "ROUNDS": True, "CIB": True,
-          "LJ": build_kernel.layout_jumps(16, 1), "TP": build_kernel.value_table(15, 8, 1), "WC": 1}
-if consts:
+if mine():
+    consts = {**topk_kernel.first_pass_constants(151_936, 8, 1024), **build_kernel.launch_constants(15, 8, True),
+              **build_kernel.key_constants(15, 8), **mask_kernel.launch_constants(16, k.FUSED_COMPILE_ROWS), "LEVELS": False,
+              "LOWBITS": topk_kernel.key_low_bits(torch.bfloat16, 1024), "GDC": True, "ROUNDS": True, "CIB": True,
+              "LJ": build_kernel.layout_jumps(16, 1), "TP": build_kernel.value_table(15, 8, 1), "WC": 1}
     src = ASTSource(fn=k._fused_build, signature={**sig, **{c: "constexpr" for c in consts}}, constexprs=consts)
     ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 1}).asm["ptx"]
     print("fused one warp", ".target sm_90" in ptx and "griddepcontrol.wait" in ptx, "atom.global.gpu.acq_rel.add" in ptx)
