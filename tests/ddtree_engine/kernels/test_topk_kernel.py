@@ -190,7 +190,7 @@ def _half_edges(dtype: torch.dtype) -> torch.Tensor:
     for block, group, tl_topk in [(64, 1, False), (64, 8, False), (128, 16, False), (64, 8, True), (1024, 8, True)]
     for dtype in (torch.bfloat16, torch.float16)
     if not (tl_topk and block == 64 and dtype == torch.float16)  # ~35 s in the interpreter; fp16's tl.topk at 1024
-])
+], ids=lambda v: str(v).removeprefix("torch.") if isinstance(v, torch.dtype) else None)
 def test_32_bit_keys_give_the_64_bit_keys(dtype, block, group, tl_topk, monkeypatch):
     # bf16 and fp16 logits rank 32-bit keys in the first pass (key_low_bits); fp32 and KEYS32 off rank 64-bit ones.
     # Both must write the same keys, maxes and sums, and the result must be the reference's; the selections by
