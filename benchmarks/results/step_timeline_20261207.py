@@ -7,8 +7,9 @@ the gaps), its median duration, and the step's median end (first kernel's start 
 With PDL the kernels overlap: a kernel's programs start while the one before drains and wait in griddepcontrol.wait,
 so its "duration" includes that wait, and the step's end is the number to compare.
 
-Arms: TreeStep(15, 8) with PDL (the default), the same with plain launches, and the argmax over the same logits
-(`torch.argmax(..., out=)`, bench_tree_step.graphed_argmax). Same logits as bench_tree_step.py.
+Arms: the argmax over the same logits (`torch.argmax(..., out=)`, bench_tree_step.graphed_argmax), then for each of
+--budgets (15 unless given) TreeStep(budget, 8) with PDL (the default) and with plain launches. Same logits as
+bench_tree_step.py.
 
     PYTHONPATH=engine_patches/ddtree_engine/src python benchmarks/results/step_timeline_20261207.py [--budgets 15,22]
 """
@@ -43,7 +44,7 @@ def kernels_by_replay(graph, flush: torch.Tensor) -> list[list[dict]]:
         torch.cuda.synchronize()
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         prof.export_chrome_trace(f.name)
-        trace = json.load(open(f.name))
+        trace = json.loads(Path(f.name).read_text())
     events = sorted((e for e in trace["traceEvents"] if e.get("cat") == "kernel"), key=lambda e: e["ts"])
     replays, zero_end, current = [], None, None
     for e in events:
