@@ -219,6 +219,21 @@ def arm_steps(logits: torch.Tensor, root, prefix, budget: int, arms: dict, keep:
     return steps, graphs
 
 
+def compare_arms(arms: dict, budgets, base: str, depths: int, vocab: int, device, rounds: int, capture: bool,
+                 name_width: int) -> None:
+    """A result script's A/B on the flat draw (`draws`): each budget's arms (`arm_steps`, topk 8), their arrays against
+    the `base` arm's (`report_arms`), then with `capture` (a GPU) the graphs timed in `rounds` interleaved rounds
+    (`interleaved_rounds`, labels "b{budget} {arm}")."""
+    ((_, logits), _), root, prefix = draws(depths, vocab, device)
+    graphs, keep = {}, []
+    for budget in budgets:
+        steps, step_graphs = arm_steps(logits, root, prefix, budget, arms, keep, capture=capture)
+        graphs.update({f"b{budget} {arm}": graph for arm, graph in step_graphs.items()})
+        report_arms(f"b{budget}", steps, base)
+    if capture:
+        interleaved_rounds(graphs, logits, rounds, name_width=name_width, us_width=7)
+
+
 def report_arms(label: str, steps: dict, base: str) -> None:
     """Print each arm's step against the `base` arm's: tree (tokens, parents, depths, ranks), compiled and walked arrays
     equal or not, the log-probs' largest difference and the commit length."""

@@ -13,10 +13,9 @@ earlier variant in these arms (merge_all_20261207_h100.txt: one tl.topk over all
 import sys
 from pathlib import Path
 
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, as the earlier scripts here
-from bench_tree_step import arm_steps, interleaved_rounds, report_arms  # noqa: E402  (it puts the engine's src on the path)
+from bench_tree_step import compare_arms  # noqa: E402  (it puts the engine's src on the path)
 from ddtree_engine.kernels.topk_logprobs import kernel as topk_kernel  # noqa: E402
 
 SMOKE = "--smoke" in sys.argv
@@ -30,17 +29,7 @@ ARMS = {"selections": ({FLAG: False}, BLOCK), "ranks": ({FLAG: True}, BLOCK)}
 
 
 def main():
-    torch.manual_seed(0)
-    logits = (torch.randn(L, V, device=DEV) * 3).to(torch.bfloat16)
-    root, prefix = torch.tensor([1], device=DEV), torch.tensor([100], device=DEV)
-    graphs, keep = {}, []
-    for budget in BUDGETS:
-        steps, step_graphs = arm_steps(logits, root, prefix, budget, ARMS, keep, capture=not SMOKE)
-        graphs.update({f"b{budget} {arm}": graph for arm, graph in step_graphs.items()})
-        report_arms(f"b{budget}", steps, "selections")
-    if SMOKE:
-        return
-    interleaved_rounds(graphs, logits, ROUNDS, name_width=20, us_width=7)
+    compare_arms(ARMS, BUDGETS, "selections", L, V, DEV, ROUNDS, capture=not SMOKE, name_width=20)
 
 
 main()

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, as the earlier scripts here
-from bench_tree_step import DEPTHS, VOCAB, TreeStep, graphed, graphed_argmax  # noqa: E402
+from bench_tree_step import DEPTHS, VOCAB, TreeStep, draws, graphed, graphed_argmax  # noqa: E402
 
 REPLAYS = 200
 
@@ -89,9 +89,7 @@ def main():
     args = parser.parse_args()
     device = torch.device("cuda")
     print(f"# {torch.cuda.get_device_name()}  torch {torch.__version__}")
-    torch.manual_seed(0)
-    logits = (torch.randn(DEPTHS, VOCAB, device=device) * 3).to(torch.bfloat16)
-    root, prefix = torch.tensor([1], device=device), torch.tensor([100], device=device)
+    ((_, logits), _), root, prefix = draws(DEPTHS, VOCAB, device)
     flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device=device)
     out, keep = [], []
     argmax_graph, argmax_out = graphed_argmax(logits)

@@ -14,10 +14,9 @@ stores the path instead and skips the dedupe for TreeStep's trees).
 import sys
 from pathlib import Path
 
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, as the earlier scripts here
-from bench_tree_step import arm_steps, interleaved_rounds, report_arms  # noqa: E402  (it puts the engine's src on the path)
+from bench_tree_step import compare_arms  # noqa: E402  (it puts the engine's src on the path)
 from ddtree_engine.kernels.topk_logprobs import kernel as topk_kernel  # noqa: E402
 from ddtree_engine.kernels.tree_walk import kernel as walk_kernel  # noqa: E402
 
@@ -36,17 +35,7 @@ ARMS["all three"] = {k: v for arm in list(ARMS.values()) for k, v in arm.items()
 
 
 def main():
-    torch.manual_seed(0)
-    logits = (torch.randn(L, V, device=DEV) * 3).to(torch.bfloat16)
-    root, prefix = torch.tensor([1], device=DEV), torch.tensor([100], device=DEV)
-    graphs, keep = {}, []
-    for budget in BUDGETS:
-        steps, step_graphs = arm_steps(logits, root, prefix, budget, ARMS, keep, capture=not SMOKE)
-        graphs.update({f"b{budget} {arm}": graph for arm, graph in step_graphs.items()})
-        report_arms(f"b{budget}", steps, "as is")
-    if SMOKE:
-        return
-    interleaved_rounds(graphs, logits, ROUNDS, name_width=26, us_width=7)
+    compare_arms(ARMS, BUDGETS, "as is", L, V, DEV, ROUNDS, capture=not SMOKE, name_width=26)
 
 
 main()

@@ -16,10 +16,9 @@ JUMPS_UP_TO_ROWS), so its budget-64 "walk jumps" arm (65 rows) stepped; the arms
 import sys
 from pathlib import Path
 
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, as the earlier scripts here
-from bench_tree_step import arm_steps, interleaved_rounds, report_arms  # noqa: E402  (it puts the engine's src on the path)
+from bench_tree_step import compare_arms  # noqa: E402  (it puts the engine's src on the path)
 from ddtree_engine.kernels.tree_mask import kernel as mask_kernel  # noqa: E402
 from ddtree_engine.kernels.tree_walk import kernel as walk_kernel  # noqa: E402
 
@@ -40,17 +39,7 @@ if not hasattr(mask_kernel, "_compile_jumps"):  # the diff not applied
 
 
 def main():
-    torch.manual_seed(0)
-    logits = (torch.randn(L, V, device=DEV) * 3).to(torch.bfloat16)
-    root, prefix = torch.tensor([1], device=DEV), torch.tensor([100], device=DEV)
-    graphs, keep = {}, []
-    for budget in BUDGETS:
-        steps, step_graphs = arm_steps(logits, root, prefix, budget, ARMS, keep, capture=not SMOKE)
-        graphs.update({f"b{budget} {arm}": graph for arm, graph in step_graphs.items()})
-        report_arms(f"b{budget}", steps, "as is")
-    if SMOKE:
-        return
-    interleaved_rounds(graphs, logits, ROUNDS, name_width=20, us_width=7)
+    compare_arms(ARMS, BUDGETS, "as is", L, V, DEV, ROUNDS, capture=not SMOKE, name_width=20)
 
 
 main()
