@@ -50,7 +50,7 @@ venv: $(STAMP)
 
 test: venv venv-sglang
 	# The ops tests that check rendered SGLang argv and the plugin manifest use the sglang venv's Python.
-	# --durations: the 30 slowest tests in the log, where CI's time goes (~70 min on a 2-core machine).
+	# --durations: the 30 slowest tests in the log, where CI's time goes (~60 min on a 2-core machine).
 	DDTREE_SGLANG_PYTHON=$(CURDIR)/$(SG_VENV)/bin/python $(BIN)/pytest -q --durations=30
 	# DDTREE_REQUIRE_SGLANG: a venv without sglang fails these tests instead of skipping them.
 	DDTREE_REQUIRE_SGLANG=1 $(SG_VENV)/bin/pytest -q tests/ddtree_engine/sglang_plugin
