@@ -118,7 +118,6 @@ def _merge_rows_build(
                     W, NB, NP, LJ)
 
 
-
 @triton.jit
 def _merge_gather(keys_ptr, max_ptr, sum_ptr, NCHUNK, vals_ptr, ids_ptr, K: tl.constexpr, KP: tl.constexpr,
                   CP: tl.constexpr, BLOCK: tl.constexpr, GDC: tl.constexpr = False):
