@@ -15,7 +15,7 @@ each way turns its arm to MISMATCH). `--ptx` counts each launch's PTX instructio
 (2026-12-07, Triton 3.9): the merge's program 926 (by gather 2,866), the build with its compile 1,176, and one warp
 merging all 15 rows then building 15,246 with `tl.topk`, 8,133 by rounds. So the rows' merges, spread over 15 SMs in
 the merge launch, become 6-12 times the build's own code on one warp: likely more time than the launch boundary (~0.9 us
-with PDL) they save; the GPU A/B says (below, where it ran).
+with PDL) they save. Not yet timed on a GPU (none started on 2026-12-07 from 11:14 to 12:23 UTC).
 The same logits and arms as bench_tree_step.compare_arms' other scripts; TIMING_ROUNDS interleaved rounds on a GPU.
 
     PYTHONPATH=engine_patches/ddtree_engine/src python benchmarks/results/merge_build_20261207.py [--smoke | --ptx]
