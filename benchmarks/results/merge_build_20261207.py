@@ -46,6 +46,26 @@ BLOCK = {"topk_block": 64} if SMOKE else {}  # small blocks so the smoke's rows 
 
 
 @triton.jit
+def _log_total(total):
+    """log(total) of a row's fp64 sum of exponentials, with fp32 transcendentals only, as topk_logprobs' `_merge_row`
+    takes it."""
+    tb = total.to(tl.float32).to(tl.int32, bitcast=True)
+    e = ((tb >> 23) - 127).to(tl.float64)
+    mant = ((tb & 0x007FFFFF) | 0x3F800000).to(tl.float32, bitcast=True)
+    return e * _LN2_HI + e * _LN2_LO + tl.log(mant).to(tl.float64)
+
+
+@triton.jit
+def _decoded(best, big, log_total):
+    """The merged keys `best` back to (fp64 log-prob, token id), as `_merge_row` decodes them; `big` (the row's max,
+    fp64) and `log_total` shaped to broadcast against `best`."""
+    hi = (best >> 32).to(tl.int32)
+    bits = hi ^ ((hi >> 31) & 0x7FFFFFFF)
+    x = bits.to(tl.float32, bitcast=True).to(tl.float64)
+    return (x - big) - log_total, 0x7FFFFFFF - (best & 0xFFFFFFFF)
+
+
+@triton.jit
 def _best_rows(key, KP: tl.constexpr, ROUNDS: tl.constexpr):
     """Each row's KP largest keys of the 2-D `key` (real keys distinct in a row), best first: `tl.topk` along the
     rows, or with ROUNDS KP rounds of "max, then drop it" (topk_logprobs' `_best_keys`, a row at a time)."""
@@ -77,21 +97,14 @@ def _merge_rows(keys_ptr, max_ptr, sum_ptr, NCHUNK, vals_ptr, ids_ptr, L, K: tl.
     big_safe = tl.where(big == float("-inf"), 0.0, big)
     scale = tl.where(m == float("-inf"), 0.0, tl.exp(m - big_safe[:, None])).to(tl.float64)
     total = tl.sum(s * scale, axis=1)
-    tb = total.to(tl.float32).to(tl.int32, bitcast=True)
-    e = ((tb >> 23) - 127).to(tl.float64)
-    mant = ((tb & 0x007FFFFF) | 0x3F800000).to(tl.float32, bitcast=True)
-    log_total = e * _LN2_HI + e * _LN2_LO + tl.log(mant).to(tl.float64)
+    log_total = _log_total(total)
     top = _best_rows(heads, KP, ROUNDS)  # [LP, KP], each row's best KP heads
     top_chunk = (0x7FFFFFFF - (top & 0xFFFFFFFF)) // BLOCK
     coffs = (rows[:, None, None] * NCHUNK + top_chunk[:, :, None]) * KP + tl.arange(0, KP)[None, None, :]
     key = tl.load(keys_ptr + coffs, mask=(top != _SENTINEL)[:, :, None] & rmask[:, None, None], other=_SENTINEL,
                   cache_modifier=".cg")
     best = _best_rows(tl.reshape(key, [LP, KP * KP]), KP, ROUNDS)
-    hi = (best >> 32).to(tl.int32)
-    bits = hi ^ ((hi >> 31) & 0x7FFFFFFF)
-    x = bits.to(tl.float32, bitcast=True).to(tl.float64)
-    ids = 0x7FFFFFFF - (best & 0xFFFFFFFF)
-    logprobs = (x - big_safe.to(tl.float64)[:, None]) - log_total[:, None]
+    logprobs, ids = _decoded(best, big_safe.to(tl.float64)[:, None], log_total[:, None])
     slots = tl.arange(0, KP)
     out = rows[:, None] * K + slots[None, :]
     omask = rmask[:, None] & (slots < K)[None, :]
@@ -137,21 +150,14 @@ def _merge_gather(keys_ptr, max_ptr, sum_ptr, NCHUNK, vals_ptr, ids_ptr, K: tl.c
     big_safe = tl.where(big == float("-inf"), 0.0, big)
     scale = tl.where(m == float("-inf"), 0.0, tl.exp(m - big_safe)).to(tl.float64)
     total = tl.sum(s * scale, axis=0)
-    tb = total.to(tl.float32).to(tl.int32, bitcast=True)
-    e = ((tb >> 23) - 127).to(tl.float64)
-    mant = ((tb & 0x007FFFFF) | 0x3F800000).to(tl.float32, bitcast=True)
-    log_total = e * _LN2_HI + e * _LN2_LO + tl.log(mant).to(tl.float64)
+    log_total = _log_total(total)
     top = tl.topk(tl.max(allk, axis=1), KP)  # a block's first key is its largest
     real = top != _SENTINEL
     top_chunk = tl.where(real, (0x7FFFFFFF - (top & 0xFFFFFFFF)) // BLOCK, 0).to(tl.int32)
     key = tl.gather(allk, tl.broadcast_to(top_chunk[:, None], [KP, KP]), 0)
     key = tl.where(real[:, None], key, _SENTINEL)
     best = tl.topk(tl.reshape(key, [KP * KP]), KP)
-    hi = (best >> 32).to(tl.int32)
-    bits = hi ^ ((hi >> 31) & 0x7FFFFFFF)
-    x = bits.to(tl.float32, bitcast=True).to(tl.float64)
-    ids = 0x7FFFFFFF - (best & 0xFFFFFFFF)
-    logprobs = (x - big_safe.to(tl.float64)) - log_total
+    logprobs, ids = _decoded(best, big_safe.to(tl.float64), log_total)
     tl.store(vals_ptr + row * K + slots, logprobs, mask=slots < K)
     tl.store(ids_ptr + row * K + slots, ids, mask=slots < K)
 
