@@ -15,7 +15,8 @@ each way turns its arm to MISMATCH). `--ptx` counts each launch's PTX instructio
 (2026-12-07, Triton 3.9): the merge's program 926 (by gather 2,866), the build with its compile 1,176, and one warp
 merging all 15 rows then building 15,246 with `tl.topk`, 8,133 by rounds. So the rows' merges, spread over 15 SMs in
 the merge launch, become 6-12 times the build's own code on one warp: likely more time than the launch boundary (~0.9 us
-with PDL) they save. Not yet timed on a GPU (none started on 2026-12-07 from 11:14 to 12:23 UTC).
+with PDL) they save. Timed on an H100 (2026-12-07 ~15:00 UTC, merge_build_20261207_h100.txt): both slower than the
+four launches at every budget (15: 20.58 us, merged in the build 32.96 / 40.00 by rounds, by gather 26.85).
 The same logits and arms as bench_tree_step.compare_arms' other scripts; TIMING_ROUNDS interleaved rounds on a GPU.
 
     PYTHONPATH=engine_patches/ddtree_engine/src python benchmarks/results/merge_build_20261207.py [--smoke | --ptx]
@@ -31,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, as 
 from bench_tree_step import compare_arms  # noqa: E402  (it puts the engine's src on the path)
 from ddtree_engine.kernels.gdc import gdc_enter, launch_options  # noqa: E402
 from ddtree_engine.kernels.topk_logprobs import kernel as topk_kernel  # noqa: E402
-from ddtree_engine.kernels.topk_logprobs.kernel import _LN2_HI, _LN2_LO, _SENTINEL  # noqa: E402
+from ddtree_engine.kernels.topk_logprobs.kernel import _SENTINEL, _decoded, _log_total  # noqa: E402
 from ddtree_engine.kernels.tree_build import kernel as build_kernel  # noqa: E402
 from ddtree_engine.kernels.tree_build.kernel import _build  # noqa: E402
 from ddtree_engine.kernels.tree_mask.kernel import _compile_chosen  # noqa: E402
@@ -43,26 +44,6 @@ DEV = "cpu" if SMOKE else "cuda"
 TIMING_ROUNDS = 1 if SMOKE else 7
 BUDGETS = (5, 22) if SMOKE else (15, 22, 32)
 BLOCK = {"topk_block": 64} if SMOKE else {}  # small blocks so the smoke's rows take more than KP of them
-
-
-@triton.jit
-def _log_total(total):
-    """log(total) of a row's fp64 sum of exponentials, with fp32 transcendentals only, as topk_logprobs' `_merge_row`
-    takes it."""
-    tb = total.to(tl.float32).to(tl.int32, bitcast=True)
-    e = ((tb >> 23) - 127).to(tl.float64)
-    mant = ((tb & 0x007FFFFF) | 0x3F800000).to(tl.float32, bitcast=True)
-    return e * _LN2_HI + e * _LN2_LO + tl.log(mant).to(tl.float64)
-
-
-@triton.jit
-def _decoded(best, big, log_total):
-    """The merged keys `best` back to (fp64 log-prob, token id), as `_merge_row` decodes them; `big` (the row's max,
-    fp64) and `log_total` shaped to broadcast against `best`."""
-    hi = (best >> 32).to(tl.int32)
-    bits = hi ^ ((hi >> 31) & 0x7FFFFFFF)
-    x = bits.to(tl.float32, bitcast=True).to(tl.float64)
-    return (x - big) - log_total, 0x7FFFFFFF - (best & 0xFFFFFFFF)
 
 
 @triton.jit

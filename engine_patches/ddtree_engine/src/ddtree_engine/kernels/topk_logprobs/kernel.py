@@ -314,6 +314,26 @@ def _merge_topk(
 
 
 @triton.jit
+def _log_total(total):
+    """log(total) of a row's fp64 sum of exponentials with fp32 transcendentals only (fp64 log is not portable across
+    Triton backends): total = 2^e * mant, mant in [1, 2); log(mant) in fp32 is within 6e-8 absolute."""
+    tb = total.to(tl.float32).to(tl.int32, bitcast=True)
+    e = ((tb >> 23) - 127).to(tl.float64)
+    mant = ((tb & 0x007FFFFF) | 0x3F800000).to(tl.float32, bitcast=True)
+    return e * _LN2_HI + e * _LN2_LO + tl.log(mant).to(tl.float64)
+
+
+@triton.jit
+def _decoded(best, big, log_total):
+    """Merged keys `best` back to (fp64 log-prob, token id): the key's high word is the logit's order-preserving bits,
+    its low word 0x7FFFFFFF - id; `big` (the row's max, fp64) and `log_total` shaped to broadcast against `best`."""
+    hi = (best >> 32).to(tl.int32)
+    bits = hi ^ ((hi >> 31) & 0x7FFFFFFF)
+    x = bits.to(tl.float32, bitcast=True).to(tl.float64)
+    return (x - big) - log_total, 0x7FFFFFFF - (best & 0xFFFFFFFF)
+
+
+@triton.jit
 def _merge_row(keys_ptr, max_ptr, sum_ptr, NCHUNK, vals_ptr, ids_ptr, row, K: tl.constexpr, KP: tl.constexpr, CP: tl.constexpr,
                BLOCK: tl.constexpr):
     """One row's log-probs and ids from its blocks (the second pass). The loads bypass L1 (.cg):
@@ -331,12 +351,7 @@ def _merge_row(keys_ptr, max_ptr, sum_ptr, NCHUNK, vals_ptr, ids_ptr, row, K: tl
     big_safe = tl.where(big == float("-inf"), 0.0, big)
     scale = tl.where(m == float("-inf"), 0.0, tl.exp(m - big_safe)).to(tl.float64)
     total = tl.sum(s * scale, axis=0)  # >= 1: the row's max contributes exp(0)
-    # log(total) with fp32 transcendentals only (fp64 log is not portable across Triton
-    # backends): total = 2^e * mant, mant in [1, 2); log(mant) in fp32 is within 6e-8 absolute.
-    tb = total.to(tl.float32).to(tl.int32, bitcast=True)
-    e = ((tb >> 23) - 127).to(tl.float64)
-    mant = ((tb & 0x007FFFFF) | 0x3F800000).to(tl.float32, bitcast=True)
-    log_total = e * _LN2_HI + e * _LN2_LO + tl.log(mant).to(tl.float64)
+    log_total = _log_total(total)
     row_keys = keys_ptr + row * NCHUNK * KP
     if CP <= KP:
         cand = tl.arange(0, CP * KP)
@@ -349,12 +364,7 @@ def _merge_row(keys_ptr, max_ptr, sum_ptr, NCHUNK, vals_ptr, ids_ptr, row, K: tl
         key = tl.load(row_keys + coffs, mask=(top != _SENTINEL)[:, None], other=_SENTINEL, cache_modifier=".cg")
         key = tl.reshape(key, [KP * KP])
     slots = tl.arange(0, KP)
-    best_keys = _top_keys(key, K, KP)
-    hi = (best_keys >> 32).to(tl.int32)
-    bits = hi ^ ((hi >> 31) & 0x7FFFFFFF)
-    x = bits.to(tl.float32, bitcast=True).to(tl.float64)
-    ids = 0x7FFFFFFF - (best_keys & 0xFFFFFFFF)
-    logprobs = (x - big_safe.to(tl.float64)) - log_total
+    logprobs, ids = _decoded(_top_keys(key, K, KP), big_safe.to(tl.float64), log_total)
     tl.store(vals_ptr + row * K + slots, logprobs, mask=slots < K)
     tl.store(ids_ptr + row * K + slots, ids, mask=slots < K)
 
