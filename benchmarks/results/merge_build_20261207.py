@@ -15,7 +15,7 @@ each way turns its arm to MISMATCH). `--ptx` counts each launch's PTX instructio
 (2026-12-07, Triton 3.9): the merge's program 926 (by gather 2,866), the build with its compile 1,176, and one warp
 merging all 15 rows then building 15,246 with `tl.topk`, 8,133 by rounds. So the rows' merges, spread over 15 SMs in
 the merge launch, become 6-12 times the build's own code on one warp: likely more time than the launch boundary (~0.9 us
-with PDL) they save. Timed on an H100 (2026-12-07 ~15:00 UTC, merge_build_20261207_h100.txt): both slower than the
+with PDL) they save. Timed on an H100 (2026-12-07 ~14:55 UTC, merge_build_20261207_h100.txt): both slower than the
 four launches at every budget (15: 20.58 us, merged in the build 32.96 / 40.00 by rounds, by gather 26.85).
 The same logits and arms as bench_tree_step.compare_arms' other scripts; TIMING_ROUNDS interleaved rounds on a GPU.
 
