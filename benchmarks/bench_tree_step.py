@@ -72,6 +72,9 @@ from ddtree_engine.kernels.tree_step import TreeStep, reference_step  # noqa: E4
 DEPTHS, VOCAB = 15, 151_936
 BUDGETS = [(15, 8), (22, 8), (64, 8), (256, 8)]
 TOPK_K = 8
+# What this run found different from what it was checked against (each printed as MISMATCH where found); `_write`
+# exits 1 after the JSON when it holds any.
+MISMATCHES: list[str] = []
 # (tokens per program, tokens per group, warps) of the top-K pass: first without the group stage, then the
 # default (4096, 8, 4), then the neighbours.
 TOPK_CONFIGS = [(4096, 1, 4), (4096, 8, 4), (4096, 4, 4), (4096, 16, 4), (4096, 32, 4), (2048, 8, 4), (8192, 8, 4),
@@ -223,27 +226,43 @@ def compare_arms(arms: dict, budgets, base: str, depths: int, vocab: int, device
                  name_width: int) -> None:
     """A result script's A/B on the flat draw (`draws`): each budget's arms (`arm_steps`, topk 8), their arrays against
     the `base` arm's (`report_arms`), then with `capture` (a GPU) the graphs timed in `rounds` interleaved rounds
-    (`interleaved_rounds`, labels "b{budget} {arm}")."""
+    (`interleaved_rounds`, labels "b{budget} {arm}"). An arm whose arrays differ from the base's is not timed (a time
+    for a wrong tree says nothing), and the script then exits 1 naming it, after the others are timed.
+
+    Raises:
+        SystemExit: 1, where any arm's arrays differ from the base arm's at any budget.
+    """
     ((_, logits), _), root, prefix = draws(depths, vocab, device)
-    graphs, keep = {}, []
+    graphs, keep, wrong = {}, [], []
     for budget in budgets:
         steps, step_graphs = arm_steps(logits, root, prefix, budget, arms, keep, capture=capture)
-        graphs.update({f"b{budget} {arm}": graph for arm, graph in step_graphs.items()})
-        report_arms(f"b{budget}", steps, base)
+        bad = report_arms(f"b{budget}", steps, base)
+        wrong += [f"b{budget} {arm}" for arm in bad]
+        graphs.update({f"b{budget} {arm}": graph for arm, graph in step_graphs.items() if arm not in bad})
     if capture:
         interleaved_rounds(graphs, logits, rounds, name_width=name_width, us_width=7)
+    if wrong:
+        sys.exit(f"MISMATCH, not timed: {', '.join(wrong)} (arrays differ from the {base!r} arm's)")
 
 
-def report_arms(label: str, steps: dict, base: str) -> None:
+def report_arms(label: str, steps: dict, base: str) -> list[str]:
     """Print each arm's step against the `base` arm's: tree (tokens, parents, depths, ranks), compiled and walked arrays
-    equal or not, the log-probs' largest difference and the commit length."""
+    equal or not, the log-probs' largest difference and the commit length.
+
+    Returns:
+        The arms whose arrays differ from the base arm's.
+    """
     ref = steps[base]
+    wrong = []
     for arm, step in steps.items():
         same = all(torch.equal(x, y) for x, y in zip(ref.tree[:4] + ref.compiled + ref.walked,
                                                      step.tree[:4] + step.compiled + step.walked))
         dv = (ref.vals - step.vals).abs().max().item()
         print(f"{label} {arm}: arrays {'same' if same else 'MISMATCH'}, log-probs within {dv:.1e}, "
               f"commit length {int(step.walked[2][0])}", flush=True)
+        if not same:
+            wrong.append(arm)
+    return wrong
 
 
 def floor_rows(logits: torch.Tensor, root, prefix, bench, argmax_us: float, argmax_graph_us: float,
@@ -326,6 +345,8 @@ def topk_rows(logits: torch.Tensor, bench, argmax_us: float, argmax_graph_us: fl
             f"{row['eager_over_argmax']:>12.2f} {row['no_groups_over_graph']:>11.2f}x"
             + ("" if m["same"] else "  MISMATCH vs the default / torch.topk")
         )
+        if not m["same"]:
+            MISMATCHES.append(f"top-K pass {name}")
     return rows
 
 
@@ -397,6 +418,8 @@ def main() -> None:
             f"{row['graph_over_argmax']:>12.2f} {row['today_over_graph']:>10.1f}x {row['today_over_eager']:>10.1f}x "
             f"{row['lean_over_graph']:>9.1f}x" + ("" if same else "  MISMATCH vs reference")
         )
+        if not same:
+            MISMATCHES.append(f"b{budget} step vs the reference")
         # The same step with the level-by-level build (tree_build kernel, method "levels") and with the
         # one-launch build (TreeStep(fused=True): top-K, build and compile in one kernel), each checked
         # against the serial step's arrays and timed in a CUDA graph.
@@ -438,6 +461,8 @@ def main() -> None:
                 f"({us / argmax_graph_us:.2f}x the graphed argmax), today / graph {today_us / us:.1f}x, serial step / it "
                 f"{graph_us / us:.2f}x" + ("" if matches else "  MISMATCH vs the serial step")
             )
+            if not matches:
+                MISMATCHES.append(f"b{budget} {name} build vs the serial step")
     floor_table = floor_rows(logits, root, prefix, bench, argmax_us, argmax_graph_us, args.budgets)
     if args.quick:
         _write(args.out, {"info": info, "rows": rows, "by_stage": floor_table})
@@ -477,6 +502,7 @@ def main() -> None:
             build_warps[budget][warps] = bench(graphed(fn).replay)
             if not same:
                 print(f"  build b{budget} with {warps} warps: MISMATCH vs 1 warp")
+                MISMATCHES.append(f"build b{budget} with {warps} warps vs 1 warp")
         print(f"build b{budget} in a CUDA graph by num_warps: " + ", ".join(f"{w}: {us:.1f} us" for w, us in build_warps[budget].items()))
     # The build alone, serial (default warps) against the level-by-level selection at 1, 4 and 8 warps,
     # each in a CUDA graph and checked against the serial tree, on this run's logits (a shallow tree: depth 3
@@ -501,6 +527,7 @@ def main() -> None:
                 if not all(torch.equal(got, exp) for got, exp in zip(step.tree, want)):
                     row[f"levels_{warps}w_mismatch"] = True
                     print(f"  levels build {kind} b{budget} with {warps} warps: MISMATCH vs the serial build")
+                    MISMATCHES.append(f"levels build {kind} b{budget} with {warps} warps vs the serial build")
                 row[f"levels_{warps}w"] = bench(graphed(fn).replay)
             build_levels[f"{kind} b{budget}"] = row
             best = min(row[f"levels_{w}w"] for w in (1, 4, 8))
@@ -511,11 +538,17 @@ def main() -> None:
 
 
 def _write(out_dir: str, result: dict) -> None:
+    """Write the run's JSON, then exit 1 if any checked row differed from what it is checked against (`MISMATCHES`):
+    the JSON keeps every row with its flag; the exit status tells a script or a person that a timing is of a wrong
+    result."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"bench_tree_step_{time.strftime('%Y%m%d_%H%M%S')}.json"
+    result = {**result, "mismatches": list(MISMATCHES)}
     path.write_text(json.dumps(result, indent=2))
     print(f"# raw JSON: {path}")
+    if MISMATCHES:
+        sys.exit(f"MISMATCH in {len(MISMATCHES)} row(s): {'; '.join(MISMATCHES)}")
 
 
 if __name__ == "__main__":
