@@ -14,11 +14,14 @@ Two launches, both over fixed shapes (`topk_logprobs`):
   selections rank 32-bit keys instead (`key_low_bits`, `_keys32`): a widened bf16 logit has 16 zero low bits
   (fp16 13), which hold the token's offset in its block, so the value's order-preserving high bits and the offset
   make one int32 whose max is the same token; the K best are widened to the 64-bit keys at the store, the same
-  keys as before. The pass is issue-bound (38 programs of 4 warps a row, ~4 a SM): the 64-bit compare-exchanges
-  of the selections and their keys were three quarters of its instructions; with 32-bit keys a program is 3,536 sm_90 instructions
-  against 5,384 (Triton 3.9's SASS for [15, 151,936] bf16, 4096 / 8 / 4 warps; 4,112 against 5,400 with Triton 3.6;
-  `KEYS32 = False` restores them). On an H100 (2026-12-05 14:41; no H200 would start) a launch in a CUDA graph takes
-  6.53 us against 8.60 with 64-bit keys, and the budget-15 step 26.6 against 28.4 (README, Triton kernels).
+  keys as before (`KEYS32 = False` restores the 64-bit ones). On an H100 (2026-12-05 14:41; no H200 would start) a
+  launch in a CUDA graph takes 6.53 us against 8.60 with 64-bit keys, and the budget-15 step 26.6 against 28.4 (README,
+  Triton kernels). A program is 1,128 sm_90 instructions with 32-bit keys against 1,512 (SHFL 139 against 255; Triton
+  3.9's SASS for [15, 151,936] bf16, 4096 / 8 / 4 warps, 64 registers) as a launch compiles it: V, the row stride and
+  the pointers divisible by 16, so a thread loads its group's 8 tokens in one 128-bit load. The counts this note gave
+  before 2026-12-07 (3,536 against 5,384, "issue-bound") were of a compile without that specialisation (33 one-token
+  loads a thread); at 1,128 the pass's 570 programs issue in ~2.8 us of an SM's four schedulers, a third of the ~8 us
+  the pass takes in the step, so it is not issue-bound (benchmarks/results/firstpass_latency_20261207.py, `--counts`).
 - `_merge_topk`: one program per row merges the blocks: logsumexp = M + log(sum_c s_c *
   exp(m_c - M)), and the K best of the blocks' keys, decoded back to (logit, id): the K best blocks by
   their first key, then the K best of those blocks' keys. Log-probs are written in fp64 as
@@ -126,7 +129,7 @@ def _chunk_keys(
 
     LOWBITS > 0 (`key_low_bits`: bf16 16, fp16 13; BLOCK <= 2^LOWBITS): the selections rank 32-bit keys
     (`_keys32`: the value's order-preserving high bits, the token's offset in the block in the low LOWBITS, which
-    the widened logits leave zero), half the instructions of the 64-bit ones' (the pass is issue-bound); the K
+    the widened logits leave zero), half the shuffles of the 64-bit ones' (the module's note); the K
     best are widened to the 64-bit keys at the store (`_wide_keys`), the same keys as LOWBITS 0 writes.
 
     ROUNDS: both selections K rounds of "max, then drop it" (`_best_keys`) instead of `_top_keys`' `tl.topk`: the
