@@ -20,8 +20,9 @@ Two launches, both over fixed shapes (`topk_logprobs`):
   3.9's SASS for [15, 151,936] bf16, 4096 / 8 / 4 warps, 64 registers) as a launch compiles it: V, the row stride and
   the pointers divisible by 16, so a thread loads its group's 8 tokens in one 128-bit load. The counts this note gave
   before 2026-12-07 (3,536 against 5,384, "issue-bound") were of a compile without that specialisation (33 one-token
-  loads a thread); at 1,128 the pass's 570 programs issue in ~2.8 us of an SM's four schedulers, a third of the ~8 us
-  the pass takes in the step, so it is not issue-bound (benchmarks/results/firstpass_latency_20261207.py, `--counts`).
+  loads a thread). On an H100 (2026-12-07, Triton 3.6, the launched kernel: 1,304 instructions, 56 registers) a launch
+  in a CUDA graph of 20 takes 3.37 us over 1 row and 6.44 over 15: half fixed (a launch and one program's chain), half
+  the 570 programs' issue (benchmarks/results/firstpass_latency_20261207.py, `_counts.txt`, `_h100.txt`).
 - `_merge_topk`: one program per row merges the blocks: logsumexp = M + log(sum_c s_c *
   exp(m_c - M)), and the K best of the blocks' keys, decoded back to (logit, id): the K best blocks by
   their first key, then the K best of those blocks' keys. Log-probs are written in fp64 as
