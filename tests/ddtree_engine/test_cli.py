@@ -3,7 +3,6 @@ input, the help of every command, and the lab pair's note."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import random
@@ -14,6 +13,7 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
+from repo_scripts import load_script
 
 from ddtree_engine.cli import cli
 
@@ -212,10 +212,7 @@ def test_the_lab_pair_says_what_it_was_trained_on_and_other_targets_do_not(runne
 
 def _training_corpus():
     # training/ is a folder of scripts, not a package: load corpus.py by path, as training does.
-    spec = importlib.util.spec_from_file_location("lab_training_corpus_cli", ROOT / "training" / "corpus.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("training/corpus.py", "lab_training_corpus_cli")
 
 
 def test_the_lab_note_matches_the_shipped_weights_and_the_training_corpus():

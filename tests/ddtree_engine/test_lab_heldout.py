@@ -9,13 +9,13 @@ against it. Generating it takes about a second, once per session.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from repo_scripts import load_script
 
 from ddtree_engine.reference.tokenizer import SPECIAL_TOKENS, build_byte_tokenizer
 from ddtree_ops.compare.prompts import BUILTIN_PROMPTS, HELDOUT_NOVEL_PROMPTS, HELDOUT_TEMPLATE_PROMPTS
@@ -27,10 +27,7 @@ USER_TURN = re.compile(r"<\|im_start\|>user\n(.*?)<\|im_end\|>", re.S)
 
 def _corpus_module():
     # training/ is a folder of scripts, not a package: load corpus.py by path, as training does.
-    spec = importlib.util.spec_from_file_location("lab_training_corpus", ROOT / "training" / "corpus.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("training/corpus.py", "lab_training_corpus")
 
 
 CORPUS = _corpus_module()

@@ -5,21 +5,15 @@ interpreter on the CPU (`capture=False`: nothing is timed here, the checks are w
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[3]
+from repo_scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_tree_step", REPO / "benchmarks/bench_tree_step.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/bench_tree_step.py", "bench_tree_step")
 
 
 def _off_by_one_walk(original):

@@ -4,21 +4,18 @@ would run the replay test on an unbroken copy and report it caught nothing)."""
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
 
 import pytest
+from repo_scripts import load_script
 
 REPO = Path(__file__).resolve().parents[3]
 SRC = REPO / "engine_patches/ddtree_engine/src"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("break_gdc_wait", REPO / "benchmarks/break_gdc_wait.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/break_gdc_wait.py", "break_gdc_wait")
 
 
 def test_the_copy_loses_the_wait_and_keeps_the_rest(tmp_path):

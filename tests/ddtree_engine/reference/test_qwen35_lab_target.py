@@ -14,13 +14,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 from pathlib import Path
 
 import pytest
 import torch
+from repo_scripts import load_script
 
 from ddtree_engine.reference.models import LAB_DIR
 from ddtree_engine.reference.tiny import interval_layer_types, set_gdn_decay, target_config
@@ -47,11 +47,7 @@ SGLANG_LAYER_NAMES = {
 
 def _converter():
     # training/ is a folder of scripts, not a package: load the converter by path.
-    path = ROOT / "training" / "convert_lab_pair_qwen35.py"
-    spec = importlib.util.spec_from_file_location("convert_lab_pair_qwen35", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("training/convert_lab_pair_qwen35.py", "convert_lab_pair_qwen35")
 
 
 CONVERT = _converter()

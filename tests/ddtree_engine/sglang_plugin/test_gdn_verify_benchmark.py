@@ -12,24 +12,19 @@ mode must equal SGLang's chain verify.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import random
-from pathlib import Path
 
 import pytest
 import torch
+from repo_scripts import load_script
 
-BENCH = Path(__file__).resolve().parents[3] / "benchmarks/sglang_h200/gdn_verify_kernel.py"
 H, HV, K, V = 2, 4, 16, 16
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("gdn_verify_kernel", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/sglang_h200/gdn_verify_kernel.py", "gdn_verify_kernel")
 
 
 @pytest.fixture

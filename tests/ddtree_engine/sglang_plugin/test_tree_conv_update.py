@@ -268,14 +268,11 @@ def test_the_patched_name_is_what_sglangs_gdn_backend_calls_in_target_verify():
 
 def test_the_gpu_benchmark_script_checks_the_engine_against_sglang(tmp_path):
     """benchmarks/sglang_h200/conv_verify_kernel.py --smoke: its comparison, small and in the interpreter here."""
-    import importlib.util
     import json
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parents[3] / "benchmarks/sglang_h200/conv_verify_kernel.py"
-    spec = importlib.util.spec_from_file_location("conv_verify_kernel", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    from repo_scripts import load_script
+
+    bench = load_script("benchmarks/sglang_h200/conv_verify_kernel.py", "conv_verify_kernel")
     assert bench.main(str(tmp_path), smoke=DEVICE == "cpu") == 0
     report = json.loads((tmp_path / "conv_verify_kernel.json").read_text())
     assert report["mismatches"] == []
