@@ -43,7 +43,7 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, as the earlier scripts here
-from bench_tree_step import compare_arms, graphed  # noqa: E402  (it puts the engine's src on the path)
+from bench_tree_step import compare_arms, graphed, module_flags  # noqa: E402  (it puts the engine's src on the path)
 from ddtree_engine.kernels.gdc import gdc_enter  # noqa: E402
 from ddtree_engine.kernels.topk_logprobs import kernel as topk_kernel  # noqa: E402
 from ddtree_engine.kernels.topk_logprobs.kernel import (  # noqa: E402
@@ -158,18 +158,17 @@ def alone(logits: torch.Tensor) -> None:
         for rows in (1, 4, L):
             part = logits[:rows]
             out = topk_kernel.first_pass_buffers(rows, triton.cdiv(V, 4096), 8, logits.device)
-            saved = topk_kernel._chunk_topk
-            topk_kernel._chunk_topk = fn
-            try:
+            with module_flags({(topk_kernel, "_chunk_topk"): fn}):
                 launch = lambda p=part, o=out, r=rounds: topk_kernel.first_pass(p, 8, out=o, rounds=r)  # noqa: E731
                 launch()
                 g = graphed(lambda: [launch() for _ in range(20)])
-            finally:
-                topk_kernel._chunk_topk = saved
             us = do_bench(g.replay, warmup=10, rep=200, return_mode="median") * 1e3 / 20
             print(f"first pass alone {name:>16}, {rows:>2} rows ({rows * out[0].shape[1]:>3} programs): "
                   f"{us:6.2f} us a launch")
-    for name, (fn, _) in PASSES.items():  # every compile of each kernel this run launched (Triton's JIT cache)
+    kernels = {}  # each kernel once, under its first name ("kernel, rounds" is the kernel with ROUNDS)
+    for name, (fn, _) in PASSES.items():
+        kernels.setdefault(fn, name)
+    for fn, name in kernels.items():  # every compile of each kernel this run launched (Triton's JIT cache)
         try:
             for key, k in fn.device_caches[torch.cuda.current_device()][0].items():
                 print(f"  launched {name}: {sass_summary(k.asm['cubin'])}  ({str(key)[:160]})")
@@ -180,14 +179,10 @@ def alone(logits: torch.Tensor) -> None:
 def smoke_passes(logits: torch.Tensor) -> None:
     """The variant's keys, maxes and sums against the kernel's, both selecting by `tl.topk` as on a GPU (`_TOPK` on;
     the interpreter otherwise takes the rounds, which do not see the order)."""
-    saved = topk_kernel._chunk_topk, topk_kernel._TOPK
-    topk_kernel._TOPK = tl.constexpr(True)
-    try:
+    with module_flags({(topk_kernel, "_TOPK"): tl.constexpr(True)}):
         want = topk_kernel.first_pass(logits, 8)
-        topk_kernel._chunk_topk = _chunk_topk_rf
-        got = topk_kernel.first_pass(logits, 8)
-    finally:
-        topk_kernel._chunk_topk, topk_kernel._TOPK = saved
+        with module_flags({(topk_kernel, "_chunk_topk"): _chunk_topk_rf}):
+            got = topk_kernel.first_pass(logits, 8)
     same = all(torch.equal(a, b) for a, b in zip(want, got))
     print(f"registers first: keys, maxes and sums {'same' if same else 'MISMATCH'}")
     if not same:
